@@ -1,0 +1,212 @@
+"""What the sync and the async saver share: construction and every public method."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+from mongo_ckpt.calls import Operation
+from mongo_ckpt.layout import Layout
+from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES, CheckpointOperations
+
+DEFAULT_DB_NAME = "checkpointing_db"
+# Metadata LangGraph itself writes; the only keys kept in plain BSON (for
+# ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
+STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
+
+
+class MongoSaverBase(BaseCheckpointSaver[str]):
+    """State and the public API common to ``MongoDBSaver`` and ``AsyncMongoDBSaver``.
+
+    Subclasses supply the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB_NAME,
+        checkpoint_collection_name: str = "checkpoints",
+        writes_collection_name: str = "checkpoint_writes",
+        ttl: int | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        blobs_collection_name: str = "checkpoint_blobs",
+        filterable_metadata_keys: Collection[str] | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.client = client
+        self.db = client[db_name]
+        self.layout = Layout(
+            checkpoint_collection_name, blobs_collection_name, writes_collection_name
+        )
+        self.ttl = ttl
+        if filterable_metadata_keys is None and isinstance(serde, EncryptedSerializer):
+            filterable_metadata_keys = STRUCTURAL_METADATA_KEYS
+        self.filterable_metadata_keys = (
+            None if filterable_metadata_keys is None else frozenset(filterable_metadata_keys)
+        )
+        self.ops = CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
+        self.collections: dict[str, Any] = {
+            CHECKPOINTS: self.db[self.layout.checkpoints],
+            BLOBS: self.db[self.layout.blobs],
+            WRITES: self.db[self.layout.writes],
+        }
+        self._is_setup = False
+
+    def get_next_version(self, current: str | int | float | None, channel: None) -> str:
+        """Monotonic version strings with a random tail, so forked branches never collide."""
+        if current is None:
+            number = 0
+        elif isinstance(current, (int, float)):
+            number = int(current)
+        else:
+            number = int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    def _prepared(self, operation: Operation) -> Operation:
+        """``operation``, preceded by index creation the first time the saver is used."""
+        if not self._is_setup:
+            yield from self.ops.setup()
+            self._is_setup = True
+        return (yield from operation)
+
+    # -- drivers, supplied by the subclasses (they run ``_prepared`` operations) --
+
+    def _run(self, operation: Operation) -> Any:
+        raise NotImplementedError
+
+    def _iter(self, operation: Operation) -> Iterator[Any]:
+        raise NotImplementedError
+
+    async def _arun(self, operation: Operation) -> Any:
+        raise NotImplementedError
+
+    def _aiter(self, operation: Operation) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+    # -- sync API -------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create the indexes (idempotent; also done on first use)."""
+        self._run(self.ops.setup())
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
+        return self._run(self.ops.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints matching ``config``/``filter``/``before``, newest first, streamed."""
+        return self._iter(self.ops.list(config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint; only the channels in ``new_versions`` get new value documents."""
+        return self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes in one bulk write."""
+        self._run(self.ops.put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of a thread."""
+        self._run(self.ops.delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by the given runs."""
+        self._run(self.ops.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy a thread's complete history (all namespaces, values, writes) to another id."""
+        self._run(self.ops.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Drop history: ``keep_latest`` keeps the newest checkpoint per namespace, ``delete`` all."""
+        self._run(self.ops.prune(thread_ids, strategy))
+
+    # -- async API ------------------------------------------------------------
+
+    async def asetup(self) -> None:
+        """Async ``setup``."""
+        await self._arun(self.ops.setup())
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async ``get_tuple``."""
+        return await self._arun(self.ops.get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async ``list``: yields each page as soon as it is loaded."""
+        async for item in self._aiter(self.ops.list(config, filter, before, limit)):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Async ``put``."""
+        return await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Async ``put_writes``."""
+        await self._arun(self.ops.put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async ``delete_thread``."""
+        await self._arun(self.ops.delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async ``delete_for_runs``."""
+        await self._arun(self.ops.delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async ``copy_thread``."""
+        await self._arun(self.ops.copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async ``prune``."""
+        await self._arun(self.ops.prune(thread_ids, strategy))

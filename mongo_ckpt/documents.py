@@ -1,0 +1,122 @@
+"""How a checkpoint is stored: pure builders of documents and write requests."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from bson import Binary
+from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pymongo import UpdateOne
+
+from mongo_ckpt.payload import split
+
+_MAX_INT64 = 2**63 - 1
+
+
+def plain(value: Any) -> tuple[bool, Any]:
+    """Convert ``value`` to a BSON-safe literal; ``(False, None)`` if it has none."""
+    if value is None or isinstance(value, (str, bool, float)):
+        return True, value
+    if isinstance(value, int):
+        return (-_MAX_INT64 <= value <= _MAX_INT64), value
+    if isinstance(value, (list, tuple)):
+        items = [plain(v) for v in value]
+        return all(ok for ok, _ in items), [v for _, v in items]
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            ok, pv = plain(v)
+            if not ok or not isinstance(k, str) or not k or k.startswith("$") or "." in k:
+                return False, None
+            out[k] = pv
+        return True, out
+    return False, None
+
+
+def plain_metadata(metadata: Mapping[str, Any], keys: Collection[str] | None) -> dict[str, Any]:
+    """The filterable copy of checkpoint metadata: ``keys`` only (all if ``None``)."""
+    out = {}
+    for k, v in metadata.items():
+        if keys is not None and k not in keys:
+            continue
+        ok, pv = plain(v)
+        if ok and isinstance(k, str) and k and not k.startswith("$") and "." not in k:
+            out[k] = pv
+    return out
+
+
+def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
+    """A small serialized value stored inline: ``{"type": ..., "data": ...}``."""
+    type_, data = serde.dumps_typed(value)
+    return {"type": type_, "data": Binary(data)}
+
+
+def checkpoint_document(
+    key: Mapping[str, str],
+    checkpoint: Checkpoint,
+    metadata: Mapping[str, Any],
+    parent_id: str | None,
+    serde: SerializerProtocol,
+    filterable_keys: Collection[str] | None,
+) -> dict[str, Any]:
+    """The ``checkpoints`` document: everything but the channel values."""
+    values = checkpoint["channel_values"]
+    versions = checkpoint["channel_versions"]
+    return {
+        **key,
+        "parent_checkpoint_id": parent_id,
+        "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
+        "metadata": plain_metadata(metadata, filterable_keys),
+        "metadata_typed": typed(serde, metadata),
+        "run_id": metadata.get("run_id"),
+        # Channels whose value at this checkpoint is a stored blob, with its version.
+        "values": [{"channel": ch, "version": versions[ch]} for ch in values if ch in versions],
+        "created_at": datetime.now(timezone.utc),
+    }
+
+
+def blob_requests(
+    thread_id: str,
+    checkpoint_ns: str,
+    values: Mapping[str, Any],
+    new_versions: ChannelVersions,
+    serde: SerializerProtocol,
+) -> list[UpdateOne]:
+    """Upserts for the value of every channel in ``new_versions`` that has one."""
+    requests = []
+    for channel, version in new_versions.items():
+        if channel not in values:
+            continue
+        key = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "channel": channel,
+            "version": version,
+        }
+        for fields in split(*serde.dumps_typed(values[channel])):
+            part = fields.pop("part")
+            requests.append(UpdateOne({**key, "part": part}, {"$set": fields}, upsert=True))
+    return requests
+
+
+def write_requests(
+    key: Mapping[str, str],
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+    serde: SerializerProtocol,
+) -> list[UpdateOne]:
+    """Upserts for pending writes: special channels overwrite, regular ones never do."""
+    requests = []
+    for idx, (channel, value) in enumerate(writes):
+        special = channel in WRITES_IDX_MAP
+        write_key = {**key, "task_id": task_id, "idx": WRITES_IDX_MAP.get(channel, idx)}
+        for fields in split(*serde.dumps_typed(value)):
+            part = fields.pop("part")
+            fields.update(channel=channel, task_path=task_path)
+            update = {"$set" if special else "$setOnInsert": fields}
+            requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
+    return requests

@@ -1,0 +1,44 @@
+"""Collection names and the indexes the checkpointer relies on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pymongo import ASCENDING, IndexModel
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Names of the three checkpointer collections."""
+
+    checkpoints: str = "checkpoints"
+    blobs: str = "checkpoint_blobs"
+    writes: str = "checkpoint_writes"
+
+    def names(self) -> tuple[str, str, str]:
+        return (self.checkpoints, self.blobs, self.writes)
+
+
+CHECKPOINT_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
+BLOB_KEY = ("thread_id", "checkpoint_ns", "channel", "version")
+WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
+
+
+def _unique(fields: tuple[str, ...], name: str) -> IndexModel:
+    return IndexModel([(f, ASCENDING) for f in fields], unique=True, name=name)
+
+
+def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
+    """Indexes per collection name. ``part`` numbers the chunks of a large payload."""
+    return {
+        layout.checkpoints: [
+            _unique(CHECKPOINT_KEY, "checkpoint_key"),
+            IndexModel([("run_id", ASCENDING)], name="run_id", sparse=True),
+        ],
+        layout.blobs: [_unique((*BLOB_KEY, "part"), "blob_key")],
+        layout.writes: [
+            _unique((*WRITE_KEY, "part"), "write_key"),
+            # The delta-history pipeline looks writes up by checkpoint id alone.
+            IndexModel([("checkpoint_id", ASCENDING)], name="checkpoint_id"),
+        ],
+    }

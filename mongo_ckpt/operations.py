@@ -1,0 +1,225 @@
+"""The checkpointer's operations, written once for the sync and the async saver."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pymongo import ReplaceOne
+
+from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.documents import blob_requests, checkpoint_document, write_requests
+from mongo_ckpt.identifiers import coerce_id, coerce_ids, thread_key
+from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY, Layout, index_models
+from mongo_ckpt.reading import (
+    LATEST,
+    Loaded,
+    blobs_query,
+    checkpoint_query,
+    key_of,
+    list_query,
+    writes_query,
+)
+
+CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
+FIRST_PAGE = 10
+MAX_PAGE = 250
+COPY_BATCH = 200
+_KEY_FIELDS = {
+    CHECKPOINTS: CHECKPOINT_KEY,
+    BLOBS: (*BLOB_KEY, "part"),
+    WRITES: (*WRITE_KEY, "part"),
+}
+_KEYS_ONLY = {f: 1 for f in BLOB_KEY}
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+class CheckpointOperations:
+    """Builds each saver operation as a ``calls.Operation``."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        serde: SerializerProtocol,
+        filterable_metadata_keys: Collection[str] | None,
+    ) -> None:
+        self.layout = layout
+        self.serde = serde
+        self.filterable_keys = filterable_metadata_keys
+
+    def setup(self) -> Operation:
+        models = index_models(self.layout)
+        for logical, name in zip((CHECKPOINTS, BLOBS, WRITES), self.layout.names()):
+            yield Call(logical, "create_indexes", (models[name],))
+
+    def get_tuple(self, config: RunnableConfig) -> Operation:
+        query = checkpoint_query(*thread_key(config))
+        docs = yield Call(CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": 1})
+        if not docs:
+            return None
+        loaded = yield from self._load(docs)
+        return loaded.tuple(docs[0])
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Operation:
+        query = list_query(config, filter, before, self.filterable_keys)
+        if limit is not None and limit <= 0:
+            return
+        cursor = yield Call(
+            CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": limit or 0}, stream=True
+        )
+        size = min(limit or FIRST_PAGE, FIRST_PAGE)
+        while docs := (yield NextBatch(cursor, size)):
+            loaded = yield from self._load(docs)
+            for doc in docs:
+                yield Emit(loaded.tuple(doc))
+            size = min(size * 5, MAX_PAGE)
+
+    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
+        query = blobs_query(docs)
+        blob_docs = (yield Call(BLOBS, "find", (query,))) if query else []
+        write_docs = yield Call(WRITES, "find", (writes_query(docs),))
+        return Loaded(self.serde, blob_docs, write_docs)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Operation:
+        thread_id, checkpoint_ns, parent_id = thread_key(config)
+        checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
+        key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
+        metadata = get_serializable_checkpoint_metadata(config, metadata)
+        blobs = blob_requests(
+            thread_id, checkpoint_ns, checkpoint["channel_values"], new_versions, self.serde
+        )
+        doc = checkpoint_document(
+            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
+        )
+        if blobs:  # values first: a reader never sees a checkpoint without its values
+            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": False})
+        yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
+        return {"configurable": key}
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Operation:
+        thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
+        if checkpoint_id is None:
+            raise ValueError(
+                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
+                "the writes belong to"
+            )
+        key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
+        task_id = coerce_id(task_id, "task_id")
+        requests = write_requests(key, writes, task_id, task_path or "", self.serde)
+        if requests:
+            yield Call(WRITES, "bulk_write", (requests,), {"ordered": False})
+
+    def delete_thread(self, thread_id: str) -> Operation:
+        query = {"thread_id": coerce_id(thread_id, "thread_id")}
+        yield from self._delete(query, query, query)
+
+    def _delete(self, checkpoints: dict, writes: dict, blobs: dict | None) -> Operation:
+        # Checkpoints go first so a reader never sees one whose values are gone.
+        yield Call(CHECKPOINTS, "delete_many", (checkpoints,))
+        yield Call(WRITES, "delete_many", (writes,))
+        if blobs is not None:
+            yield Call(BLOBS, "delete_many", (blobs,))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation:
+        ids = coerce_ids(run_ids, "run_ids")
+        if not ids:
+            return
+        query = {"run_id": {"$in": ids}}
+        docs = yield Call(
+            CHECKPOINTS, "find", (query,), {"projection": dict.fromkeys(CHECKPOINT_KEY, 1)}
+        )
+        if not docs:
+            return
+        yield from self._delete(query, writes_query(docs), None)
+        yield from self._delete_unreferenced_blobs({doc["thread_id"] for doc in docs})
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
+        source = coerce_id(source_thread_id, "source_thread_id")
+        target = coerce_id(target_thread_id, "target_thread_id")
+        if source == target:
+            raise ValueError("copy_thread needs two different thread ids")
+        # Values and writes first, checkpoints last, as in ``put``.
+        for collection in (BLOBS, WRITES, CHECKPOINTS):
+            cursor = yield Call(collection, "find", ({"thread_id": source},), stream=True)
+            while docs := (yield NextBatch(cursor, COPY_BATCH)):
+                requests = [_copy_request(collection, doc, target) for doc in docs]
+                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation:
+        ids = coerce_ids(thread_ids, "thread_ids")
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
+        if not ids:
+            return
+        threads = {"thread_id": {"$in": ids}}
+        if strategy == "delete":
+            yield from self._delete(threads, threads, threads)
+            return
+        kept = yield Call(CHECKPOINTS, "aggregate", (_latest_per_namespace(threads),))
+        keep = {"$nor": [{**doc["_id"], "checkpoint_id": doc["checkpoint_id"]} for doc in kept]}
+        stale = {**threads, **keep} if kept else threads
+        yield from self._delete(stale, stale, None)
+        yield from self._delete_unreferenced_blobs(ids)
+
+    def _delete_unreferenced_blobs(self, thread_ids: Iterable[str]) -> Operation:
+        threads = {"thread_id": {"$in": sorted(thread_ids)}}
+        refs = yield Call(
+            CHECKPOINTS,
+            "find",
+            (threads,),
+            {"projection": {"thread_id": 1, "checkpoint_ns": 1, "values": 1}},
+        )
+        used = {
+            (doc["thread_id"], doc["checkpoint_ns"], v["channel"], v["version"])
+            for doc in refs
+            for v in doc.get("values", ())
+        }
+        blobs = yield Call(BLOBS, "find", (threads,), {"projection": _KEYS_ONLY})
+        unused = [doc["_id"] for doc in blobs if key_of(doc, BLOB_KEY) not in used]
+        if unused:
+            yield Call(BLOBS, "delete_many", ({"_id": {"$in": unused}},))
+
+
+def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
+    doc = {k: v for k, v in doc.items() if k != "_id"}
+    doc["thread_id"] = target
+    return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
+
+
+def _latest_per_namespace(match: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"$match": match},
+        {"$sort": {"checkpoint_id": -1}},
+        {
+            "$group": {
+                "_id": {f: f"${f}" for f in CHECKPOINT_KEY[:2]},
+                "checkpoint_id": {"$first": "$checkpoint_id"},
+            }
+        },
+    ]

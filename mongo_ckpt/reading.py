@@ -1,0 +1,130 @@
+"""How a checkpoint is read back: pure query builders and tuple assembly."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from mongo_ckpt.identifiers import check_field_name, check_literal, coerce_id, thread_key
+from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY
+from mongo_ckpt.payload import join
+
+LATEST = [("checkpoint_id", -1)]
+Key = tuple[str, ...]
+
+
+def key_of(doc: Mapping[str, Any], fields: tuple[str, ...] = CHECKPOINT_KEY) -> Key:
+    return tuple(doc[f] for f in fields)
+
+
+def checkpoint_query(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> dict:
+    query = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id:
+        query["checkpoint_id"] = checkpoint_id
+    return query
+
+
+def list_query(
+    config: RunnableConfig | None,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+    filterable_keys: Collection[str] | None,
+) -> dict[str, Any]:
+    """The ``checkpoints`` query of ``list``; validates every user-supplied part."""
+    query: dict[str, Any] = {}
+    if config is not None:
+        thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
+        query["thread_id"] = thread_id
+        if config["configurable"].get("checkpoint_ns") is not None:
+            query["checkpoint_ns"] = checkpoint_ns
+        if checkpoint_id:
+            query["checkpoint_id"] = checkpoint_id
+    for key, value in (filter or {}).items():
+        check_field_name(key, "metadata filter")
+        check_literal(value, "metadata filter value")
+        if filterable_keys is not None and key.split(".")[0] not in filterable_keys:
+            raise ValueError(
+                f"metadata filter key {key!r} is not stored in plain form: add it to "
+                "filterable_metadata_keys when creating the saver"
+            )
+        query[f"metadata.{key}"] = {"$eq": value}
+    before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+    if before_id is not None:
+        bound = {"$lt": coerce_id(before_id, "before['configurable']['checkpoint_id']")}
+        if "checkpoint_id" in query:
+            bound["$eq"] = query["checkpoint_id"]
+        query["checkpoint_id"] = bound
+    return query
+
+
+def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``checkpoint_blobs`` query for the channel values of ``docs``; ``None`` if none."""
+    refs = {
+        (doc["thread_id"], doc["checkpoint_ns"], v["channel"], v["version"])
+        for doc in docs
+        for v in doc.get("values", ())
+    }
+    if not refs:
+        return None
+    return {"$or": [dict(zip(BLOB_KEY, ref)) for ref in sorted(refs, key=repr)]}
+
+
+def writes_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``checkpoint_writes`` query for the pending writes of ``docs``."""
+    keys = [dict(zip(CHECKPOINT_KEY, key_of(doc))) for doc in docs]
+    return keys[0] if len(keys) == 1 else {"$or": keys}
+
+
+class Loaded:
+    """Decoded blobs and writes of a page of checkpoints."""
+
+    def __init__(
+        self,
+        serde: SerializerProtocol,
+        blob_docs: Iterable[Mapping[str, Any]],
+        write_docs: Iterable[Mapping[str, Any]],
+    ) -> None:
+        self.serde = serde
+        self.blobs = {k: typed for k, (_, typed) in join(blob_docs, BLOB_KEY).items()}
+        writes: dict[Key, list[tuple[tuple, PendingWrite]]] = {}
+        for key, (head, typed) in join(write_docs, WRITE_KEY).items():
+            sort_key = writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"])
+            write = (head["task_id"], head["channel"], serde.loads_typed(typed))
+            writes.setdefault(key[:3], []).append((sort_key, write))
+        self.writes = {k: [w for _, w in sorted(ws)] for k, ws in writes.items()}
+
+    def tuple(self, doc: Mapping[str, Any]) -> CheckpointTuple:
+        thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
+        checkpoint = self.serde.loads_typed(_typed(doc["checkpoint"]))
+        values = {}
+        for ref in doc.get("values", ()):
+            typed = self.blobs.get((thread_id, checkpoint_ns, ref["channel"], ref["version"]))
+            if typed is not None:
+                values[ref["channel"]] = self.serde.loads_typed(typed)
+        checkpoint["channel_values"] = values
+        parent_id = doc.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config=_config(thread_id, checkpoint_ns, checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=self.serde.loads_typed(_typed(doc["metadata_typed"])),
+            parent_config=_config(thread_id, checkpoint_ns, parent_id) if parent_id else None,
+            pending_writes=self.writes.get((thread_id, checkpoint_ns, checkpoint_id), []),
+        )
+
+
+def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
+    return field["type"], bytes(field["data"])
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }

@@ -1,0 +1,120 @@
+"""The three test backends (mock, wire, mongodb) and client factories for each driver."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import mongomock
+import mongomock.collection
+
+# mongomock 4.3 predates PyMongo 4.11, whose UpdateOne/ReplaceOne pass ``sort=`` to
+# the bulk builder; accept and ignore it (test-only compatibility).
+_BULK = mongomock.collection.BulkOperationBuilder
+for _name in ("add_update", "add_replace"):
+    _original = getattr(_BULK, _name)
+
+    def _without_sort(self: Any, *args: Any, _original: Any = _original, sort: Any = None, **kw: Any) -> Any:
+        return _original(self, *args, **kw)
+
+    setattr(_BULK, _name, _without_sort)
+
+MONGODB_URI = os.environ.get("MONGODB_URI")
+BACKENDS = ["mock", "wire", "mongodb"]
+# (backend, async driver) pairs the async suites run on.
+ASYNC_DRIVERS = [("mock", "mongomock_motor"), ("wire", "pymongo"), ("wire", "motor"),
+                 ("mongodb", "pymongo"), ("mongodb", "motor")]
+SYNC_DRIVERS = [("mock", "mongomock"), ("wire", "pymongo"), ("mongodb", "pymongo")]
+
+_wire_server: Any = None
+
+
+def wire_uri() -> str:
+    """URI of the in-process SecantusDB server, started on first use."""
+    global _wire_server
+    if _wire_server is None:
+        from secantus import SecantusDBServer
+
+        _wire_server = SecantusDBServer(
+            port=0, storage_path=tempfile.mkdtemp(prefix="mongo-ckpt-wire-"), ttl_sweep_seconds=1.0
+        )
+        _wire_server.start()
+    return _wire_server.uri
+
+
+def stop_wire() -> None:
+    global _wire_server
+    if _wire_server is not None:
+        _wire_server.stop()
+        _wire_server = None
+
+
+def uri_for(backend: str) -> str:
+    if backend == "wire":
+        return wire_uri()
+    if backend == "mongodb":
+        assert MONGODB_URI
+        return MONGODB_URI
+    raise ValueError(backend)
+
+
+def sync_client(backend: str) -> Any:
+    if backend == "mock":
+        return mongomock.MongoClient()
+    from pymongo import MongoClient
+
+    return MongoClient(uri_for(backend), directConnection=backend == "wire")
+
+
+def async_client(backend: str, driver: str) -> Any:
+    if driver == "mongomock_motor":
+        from mongomock_motor import AsyncMongoMockClient
+
+        return AsyncMongoMockClient()
+    kwargs = {"directConnection": True} if backend == "wire" else {}
+    if driver == "motor":
+        from motor.motor_asyncio import AsyncIOMotorClient
+
+        return AsyncIOMotorClient(uri_for(backend), **kwargs)
+    from pymongo import AsyncMongoClient
+
+    return AsyncMongoClient(uri_for(backend), **kwargs)
+
+
+async def aclose(client: Any) -> None:
+    result = client.close()
+    if hasattr(result, "__await__"):
+        await result
+
+
+class CountingCollection:
+    """Delegates to a collection and counts every method call on it (one round trip each)."""
+
+    def __init__(self, inner: Any, name: str, counter: Counter) -> None:
+        self._inner, self._name, self._counter = inner, name, counter
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._inner, attr)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._counter[(self._name, attr)] += 1
+            return value(*args, **kwargs)
+
+        return call
+
+
+def count_calls(collections: dict[str, Any]) -> Counter:
+    """Wrap ``collections`` in place; the returned counter fills as calls are made."""
+    counter: Counter = Counter()
+    for name, coll in list(collections.items()):
+        collections[name] = CountingCollection(coll, name, counter)
+    return counter
+
+
+def total(counter: Mapping[Any, int]) -> int:
+    return sum(counter.values())
