@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -13,6 +14,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -39,19 +41,35 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         db_name: str = DEFAULT_DB_NAME,
         checkpoint_collection_name: str = "checkpoints",
         writes_collection_name: str = "checkpoint_writes",
-        ttl: int | None = None,
+        ttl: float | None = None,
         serde: SerializerProtocol | None = None,
         *,
         blobs_collection_name: str = "checkpoint_blobs",
         filterable_metadata_keys: Collection[str] | None = None,
+        sweep_interval: float | None = None,
     ) -> None:
+        """Args:
+        client: a PyMongo/Motor/mongomock client; never closed by the saver.
+        db_name, checkpoint_collection_name, writes_collection_name: where data lives.
+        ttl: seconds of inactivity after which a whole thread expires (see sweep_expired).
+        serde: serializer, e.g. ``EncryptedSerializer``.
+        blobs_collection_name: the collection of channel values.
+        filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``;
+            all by default, only LangGraph's own keys when ``serde`` encrypts.
+        sweep_interval: seconds between automatic sweeps when ``ttl`` is set
+            (default: ``min(ttl, 3600)``).
+        """
         super().__init__(serde=serde)
         self.client = client
         self.db = client[db_name]
         self.layout = Layout(
             checkpoint_collection_name, blobs_collection_name, writes_collection_name
         )
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
+        self.sweep_interval = sweep_interval if sweep_interval is not None else min(ttl or 0, 3600)
+        self._next_sweep = 0.0
         if filterable_metadata_keys is None and isinstance(serde, EncryptedSerializer):
             filterable_metadata_keys = STRUCTURAL_METADATA_KEYS
         self.filterable_metadata_keys = (
@@ -76,11 +94,23 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     def _prepared(self, operation: Operation) -> Operation:
-        """``operation``, preceded by index creation the first time the saver is used."""
+        """``operation``, preceded by index creation on first use and, with a ``ttl``,
+        by a sweep of expired threads at most once per ``sweep_interval``."""
         if not self._is_setup:
             yield from self.ops.setup()
             self._is_setup = True
+        if self.ttl is not None and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.sweep_interval
+            yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
+
+    def _require_ttl(self) -> float:
+        if self.ttl is None:
+            raise ValueError(
+                "sweep_expired needs a ttl: create the saver with ttl=<seconds of inactivity "
+                "after which a whole thread expires>"
+            )
+        return self.ttl
 
     # -- drivers, supplied by the subclasses (they run ``_prepared`` operations) --
 
@@ -149,6 +179,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Copy a thread's complete history (all namespaces, values, writes) to another id."""
         self._run(self.ops.copy_thread(source_thread_id, target_thread_id))
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Writes since each channel's seed, plus the seed value, in one aggregation."""
+        return self._run(self.ops.delta_channel_history(config, channels))
+
+    def sweep_expired(self) -> list[str]:
+        """Delete every thread idle for longer than ``ttl`` seconds; return their ids."""
+        return self._run(self.ops.sweep_expired(self._require_ttl()))
+
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps the newest checkpoint per namespace, ``delete`` all."""
         self._run(self.ops.prune(thread_ids, strategy))
@@ -206,6 +246,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""
         await self._arun(self.ops.copy_thread(source_thread_id, target_thread_id))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Async ``get_delta_channel_history``."""
+        return await self._arun(self.ops.delta_channel_history(config, channels))
+
+    async def asweep_expired(self) -> list[str]:
+        """Async ``sweep_expired``."""
+        return await self._arun(self.ops.sweep_expired(self._require_ttl()))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""

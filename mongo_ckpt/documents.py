@@ -74,6 +74,8 @@ def checkpoint_document(
         "run_id": metadata.get("run_id"),
         # Channels whose value at this checkpoint is a stored blob, with its version.
         "values": [{"channel": ch, "version": versions[ch]} for ch in values if ch in versions],
+        # Versioned channels without a stored value (DeltaChannel): rebuilt from history.
+        "replay": [ch for ch in versions if ch not in values],
         "created_at": datetime.now(timezone.utc),
     }
 

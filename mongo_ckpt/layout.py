@@ -34,8 +34,13 @@ def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
         layout.checkpoints: [
             _unique(CHECKPOINT_KEY, "checkpoint_key"),
             IndexModel([("run_id", ASCENDING)], name="run_id", sparse=True),
+            IndexModel([("thread_id", ASCENDING), ("created_at", ASCENDING)], name="activity"),
         ],
-        layout.blobs: [_unique((*BLOB_KEY, "part"), "blob_key")],
+        layout.blobs: [
+            _unique((*BLOB_KEY, "part"), "blob_key"),
+            # The delta-history pipeline looks seed values up by version alone.
+            IndexModel([("version", ASCENDING)], name="version"),
+        ],
         layout.writes: [
             _unique((*WRITE_KEY, "part"), "write_key"),
             # The delta-history pipeline looks writes up by checkpoint id alone.

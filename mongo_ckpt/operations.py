@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -16,6 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne
 
 from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
 from mongo_ckpt.documents import blob_requests, checkpoint_document, write_requests
 from mongo_ckpt.identifiers import coerce_id, coerce_ids, thread_key
 from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY, Layout, index_models
@@ -24,8 +26,12 @@ from mongo_ckpt.reading import (
     Loaded,
     blobs_query,
     checkpoint_query,
+    inactive_threads_pipeline,
     key_of,
+    keys_query,
     list_query,
+    split_joined,
+    tuple_pipeline,
     writes_query,
 )
 
@@ -39,6 +45,7 @@ _KEY_FIELDS = {
     WRITES: (*WRITE_KEY, "part"),
 }
 _KEYS_ONLY = {f: 1 for f in BLOB_KEY}
+SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
@@ -62,11 +69,32 @@ class CheckpointOperations:
 
     def get_tuple(self, config: RunnableConfig) -> Operation:
         query = checkpoint_query(*thread_key(config))
-        docs = yield Call(CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": 1})
+        docs = yield Call(CHECKPOINTS, "aggregate", (tuple_pipeline(query, self.layout.writes),))
         if not docs:
             return None
-        loaded = yield from self._load(docs)
-        return loaded.tuple(docs[0])
+        doc, write_docs = split_joined(docs)
+        blobs = blobs_query([doc])
+        blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
+        return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+
+    def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
+        if not channels:
+            return {}
+        thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
+        names = {
+            CHECKPOINTS: self.layout.checkpoints,
+            BLOBS: self.layout.blobs,
+            WRITES: self.layout.writes,
+        }
+        pipeline = history_pipeline(
+            names,
+            checkpoint_query(thread_id, checkpoint_ns, checkpoint_id),
+            thread_id,
+            checkpoint_ns,
+            list(channels),
+        )
+        docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+        return assemble(docs, channels, self.serde)
 
     def list(
         self,
@@ -150,14 +178,16 @@ class CheckpointOperations:
         ids = coerce_ids(run_ids, "run_ids")
         if not ids:
             return
-        query = {"run_id": {"$in": ids}}
-        docs = yield Call(
-            CHECKPOINTS, "find", (query,), {"projection": dict.fromkeys(CHECKPOINT_KEY, 1)}
-        )
-        if not docs:
+        threads = yield Call(CHECKPOINTS, "distinct", ("thread_id", {"run_id": {"$in": ids}}))
+        if not threads:
             return
-        yield from self._delete(query, writes_query(docs), None)
-        yield from self._delete_unreferenced_blobs({doc["thread_id"] for doc in docs})
+        skeletons = yield from self._skeletons(threads)
+        runs = set(ids)
+        survivors = [s for s in skeletons if s.get("run_id") not in runs]
+        # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
+        keep = needed_ancestors(skeletons, survivors)
+        doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
+        yield from self._delete_checkpoints(threads, skeletons, doomed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
         source = coerce_id(source_thread_id, "source_thread_id")
@@ -177,29 +207,53 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
-        threads = {"thread_id": {"$in": ids}}
         if strategy == "delete":
+            threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
             return
-        kept = yield Call(CHECKPOINTS, "aggregate", (_latest_per_namespace(threads),))
-        keep = {"$nor": [{**doc["_id"], "checkpoint_id": doc["checkpoint_id"]} for doc in kept]}
-        stale = {**threads, **keep} if kept else threads
-        yield from self._delete(stale, stale, None)
-        yield from self._delete_unreferenced_blobs(ids)
+        skeletons = yield from self._skeletons(ids)
+        latest: dict[tuple, Mapping[str, Any]] = {}
+        for s in skeletons:
+            ns_key = key_of(s)[:2]
+            if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
+                latest[ns_key] = s
+        # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
+        keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
+        doomed = [s for s in skeletons if key_of(s) not in keep]
+        yield from self._delete_checkpoints(ids, skeletons, doomed)
 
-    def _delete_unreferenced_blobs(self, thread_ids: Iterable[str]) -> Operation:
-        threads = {"thread_id": {"$in": sorted(thread_ids)}}
-        refs = yield Call(
-            CHECKPOINTS,
-            "find",
-            (threads,),
-            {"projection": {"thread_id": 1, "checkpoint_ns": 1, "values": 1}},
-        )
+    def sweep_expired(self, ttl: float) -> Operation:
+        cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
+        docs = yield Call(CHECKPOINTS, "aggregate", (inactive_threads_pipeline(cutoff),))
+        expired = sorted(doc["_id"] for doc in docs)
+        if expired:
+            threads = {"thread_id": {"$in": expired}}
+            yield from self._delete(threads, threads, threads)
+        return expired
+
+    def _skeletons(self, thread_ids: Sequence[str]) -> Operation:
+        query = {"thread_id": {"$in": sorted(thread_ids)}}
+        return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
+
+    def _delete_checkpoints(
+        self,
+        thread_ids: Sequence[str],
+        skeletons: Sequence[Mapping[str, Any]],
+        doomed: Sequence[Mapping[str, Any]],
+    ) -> Operation:
+        """Delete ``doomed`` checkpoints, their writes, and values no other checkpoint uses."""
+        if not doomed:
+            return
+        gone = {key_of(s) for s in doomed}
+        query = keys_query(gone)
+        yield from self._delete(query, query, None)
         used = {
-            (doc["thread_id"], doc["checkpoint_ns"], v["channel"], v["version"])
-            for doc in refs
-            for v in doc.get("values", ())
+            (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
+            for s in skeletons
+            if key_of(s) not in gone
+            for v in s.get("values", ())
         }
+        threads = {"thread_id": {"$in": sorted(set(thread_ids))}}
         blobs = yield Call(BLOBS, "find", (threads,), {"projection": _KEYS_ONLY})
         unused = [doc["_id"] for doc in blobs if key_of(doc, BLOB_KEY) not in used]
         if unused:

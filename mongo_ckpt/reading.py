@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -26,6 +27,37 @@ def checkpoint_query(thread_id: str, checkpoint_ns: str, checkpoint_id: str | No
     if checkpoint_id:
         query["checkpoint_id"] = checkpoint_id
     return query
+
+
+def tuple_pipeline(query: Mapping[str, Any], writes_collection: str) -> list[dict[str, Any]]:
+    """The checkpoint matching ``query`` (newest first) joined with its pending writes.
+
+    One output document per write (the checkpoint fields repeated) so no result
+    document approaches the 16 MiB limit. Writes are looked up by checkpoint id;
+    copied threads share ids, so the caller keeps only its own thread's writes.
+    """
+    return [
+        {"$match": query},
+        {"$sort": {"checkpoint_id": -1}},
+        {"$limit": 1},
+        {
+            "$lookup": {
+                "from": writes_collection,
+                "localField": "checkpoint_id",
+                "foreignField": "checkpoint_id",
+                "as": "write",
+            }
+        },
+        {"$unwind": {"path": "$write", "preserveNullAndEmptyArrays": True}},
+    ]
+
+
+def split_joined(docs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+    """Split ``tuple_pipeline`` output into the checkpoint document and its writes."""
+    head = {k: v for k, v in docs[0].items() if k != "write"}
+    key = key_of(head)[:2]
+    writes = [d["write"] for d in docs if "write" in d and key_of(d["write"])[:2] == key]
+    return head, writes
 
 
 def list_query(
@@ -75,8 +107,28 @@ def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def writes_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``checkpoint_writes`` query for the pending writes of ``docs``."""
-    keys = [dict(zip(CHECKPOINT_KEY, key_of(doc))) for doc in docs]
-    return keys[0] if len(keys) == 1 else {"$or": keys}
+    return keys_query(key_of(doc) for doc in docs)
+
+
+def keys_query(keys: Iterable[Key]) -> dict[str, Any]:
+    """Match documents of the given checkpoint keys, one ``$in`` per thread and namespace."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for thread_id, checkpoint_ns, checkpoint_id in keys:
+        groups.setdefault((thread_id, checkpoint_ns), []).append(checkpoint_id)
+    clauses = [
+        {"thread_id": t, "checkpoint_ns": ns, "checkpoint_id": {"$in": sorted(ids)}}
+        for (t, ns), ids in sorted(groups.items())
+    ]
+    return clauses[0] if len(clauses) == 1 else {"$or": clauses}
+
+
+def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
+    """Threads whose newest checkpoint was written before ``cutoff`` (``{"_id": thread_id}``)."""
+    return [
+        {"$sort": {"thread_id": 1, "created_at": -1}},
+        {"$group": {"_id": "$thread_id", "last": {"$first": "$created_at"}}},
+        {"$match": {"last": {"$lt": cutoff}}},
+    ]
 
 
 class Loaded:

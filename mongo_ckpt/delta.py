@@ -1,0 +1,285 @@
+"""DeltaChannel history in one aggregation, and the ancestry a checkpoint needs.
+
+``history_pipeline`` walks a checkpoint's ancestors with ``$graphLookup`` and
+returns, as separate small documents, only the writes between the target and
+each requested channel's seed (the nearest ancestor that stores the channel's
+value) plus the seed values. ``assemble`` turns those documents into the
+``DeltaChannelHistory`` mapping LangGraph expects. ``needed_ancestors`` is the
+same walk in Python over checkpoint skeletons, used by prune and
+delete_for_runs so they never cut a chain a surviving checkpoint needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from mongo_ckpt.layout import BLOB_KEY, WRITE_KEY
+from mongo_ckpt.payload import join
+
+# LangGraph snapshots every delta channel at least this often (same variable and default).
+MAX_DEPTH = int(os.getenv("LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT", "5000")) + 1
+_UNBOUNDED = MAX_DEPTH + 1
+
+
+def _eq_key(prefix: str, thread_id: str, checkpoint_ns: str) -> list[dict[str, Any]]:
+    return [
+        {"$eq": [f"{prefix}.thread_id", {"$literal": thread_id}]},
+        {"$eq": [f"{prefix}.checkpoint_ns", {"$literal": checkpoint_ns}]},
+    ]
+
+
+def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "$in": [channel, {"$map": {"input": f"{entry}.stored", "as": "v", "in": "$$v.channel"}}]
+    }
+
+
+def _larger(a: Any, b: Any) -> dict[str, Any]:
+    return {"$cond": [{"$gt": [a, b]}, a, b]}
+
+
+def history_pipeline(
+    collections: Mapping[str, str],
+    target: Mapping[str, Any],
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+) -> list[dict[str, Any]]:
+    """One aggregation on ``checkpoints`` returning the history of ``channels`` at ``target``.
+
+    ``target`` is the ``$match`` for the target checkpoint (the latest one if it
+    names no id). Output documents are ``{"w": write part, "depth": n}`` or
+    ``{"b": seed blob part}``. The ``$graphLookup`` chain is filtered by thread
+    and namespace again (copied threads share checkpoint ids) and sorted by
+    depth with ``$unwind``/``$sort``/``$group``, since its order is not
+    guaranteed. Only operators every backend implements are used: no
+    ``$reduce``, ``$indexOfArray``, ``$sortArray`` or array-crossing paths.
+    """
+    names = [{"$literal": ch} for ch in channels]
+    limits = [f"$l{i}" for i in range(len(channels))]
+    deepest = limits[0]
+    for limit in limits[1:]:
+        deepest = _larger(deepest, limit)
+    seed_items = [
+        {
+            "$map": {
+                "input": {
+                    "$filter": {
+                        "input": "$chain",
+                        "as": "a",
+                        "cond": {"$eq": ["$$a.depth", f"$l{i}"]},
+                    }
+                },
+                "as": "a",
+                "in": {
+                    "channel": name,
+                    "version": {
+                        "$let": {
+                            "vars": {
+                                "v": {
+                                    "$arrayElemAt": [
+                                        {
+                                            "$filter": {
+                                                "input": "$$a.stored",
+                                                "as": "v",
+                                                "cond": {"$eq": ["$$v.channel", name]},
+                                            }
+                                        },
+                                        0,
+                                    ]
+                                }
+                            },
+                            "in": "$$v.version",
+                        }
+                    },
+                },
+            }
+        }
+        for i, name in enumerate(names)
+    ]
+    wanted_write = {
+        "$and": [
+            *_eq_key("$w", thread_id, checkpoint_ns),
+            {
+                "$or": [
+                    {"$and": [{"$eq": ["$w.channel", name]}, {"$lte": ["$depth", f"$l{i}"]}]}
+                    for i, name in enumerate(names)
+                ]
+            },
+        ]
+    }
+    wanted_seed = {
+        "$and": [*_eq_key("$b", thread_id, checkpoint_ns), {"$eq": ["$b.channel", "$channel"]}]
+    }
+    return [
+        {"$match": target},
+        {"$sort": {"checkpoint_id": -1}},
+        {"$limit": 1},
+        {
+            "$graphLookup": {
+                "from": collections["checkpoints"],
+                "startWith": "$parent_checkpoint_id",
+                "connectFromField": "parent_checkpoint_id",
+                "connectToField": "checkpoint_id",
+                "as": "chain",
+                "depthField": "depth",
+                "maxDepth": MAX_DEPTH,
+                "restrictSearchWithMatch": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns},
+            }
+        },
+        {"$unwind": "$chain"},
+        {"$match": {"chain.thread_id": thread_id, "chain.checkpoint_ns": checkpoint_ns}},
+        {"$sort": {"chain.depth": 1}},
+        {
+            "$group": {
+                "_id": None,
+                "chain": {
+                    "$push": {
+                        "id": "$chain.checkpoint_id",
+                        "depth": "$chain.depth",
+                        "stored": {"$ifNull": ["$chain.values", []]},
+                    }
+                },
+            }
+        },
+        # s<i>: the nearest ancestor storing channel i (its seed); l<i>: its depth, or
+        # past the end of the chain when the channel has no seed.
+        {
+            "$addFields": {
+                f"s{i}": {
+                    "$arrayElemAt": [
+                        {"$filter": {"input": "$chain", "as": "a", "cond": _stores("$$a", name)}},
+                        0,
+                    ]
+                }
+                for i, name in enumerate(names)
+            }
+        },
+        {
+            "$addFields": {
+                f"l{i}": {"$ifNull": [f"$s{i}.depth", _UNBOUNDED]} for i in range(len(names))
+            }
+        },
+        {
+            "$project": {
+                "_id": 0,
+                **{f"l{i}": 1 for i in range(len(names))},
+                "items": {
+                    "$concatArrays": [
+                        {
+                            "$map": {
+                                "input": {
+                                    "$filter": {
+                                        "input": "$chain",
+                                        "as": "a",
+                                        "cond": {"$lte": ["$$a.depth", deepest]},
+                                    }
+                                },
+                                "as": "a",
+                                "in": {"id": "$$a.id", "depth": "$$a.depth"},
+                            }
+                        },
+                        *seed_items,
+                    ]
+                },
+            }
+        },
+        {"$unwind": "$items"},
+        {
+            "$addFields": {
+                "id": "$items.id",
+                "depth": "$items.depth",
+                "channel": "$items.channel",
+                "version": "$items.version",
+            }
+        },
+        {
+            "$lookup": {
+                "from": collections["writes"],
+                "localField": "id",
+                "foreignField": "checkpoint_id",
+                "as": "w",
+            }
+        },
+        {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
+        {
+            "$lookup": {
+                "from": collections["blobs"],
+                "localField": "version",
+                "foreignField": "version",
+                "as": "b",
+            }
+        },
+        {"$unwind": {"path": "$b", "preserveNullAndEmptyArrays": True}},
+        {
+            "$project": {
+                "_id": 0,
+                "depth": 1,
+                "w": {"$cond": [wanted_write, "$w", None]},
+                "b": {"$cond": [wanted_seed, "$b", None]},
+            }
+        },
+        {"$match": {"$or": [{"w": {"$ne": None}}, {"b": {"$ne": None}}]}},
+    ]
+
+
+def assemble(
+    docs: Iterable[Mapping[str, Any]], channels: Sequence[str], serde: SerializerProtocol
+) -> dict[str, DeltaChannelHistory]:
+    """The ``get_delta_channel_history`` result from ``history_pipeline`` output."""
+    docs = list(docs)
+    depth_of = {tuple(d["w"][f] for f in WRITE_KEY): d["depth"] for d in docs if d.get("w")}
+    ordered: dict[str, list[tuple[tuple, PendingWrite]]] = {ch: [] for ch in channels}
+    for key, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
+        order = (
+            -depth_of[key],
+            writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"]),
+        )
+        ordered[head["channel"]].append(
+            (order, (head["task_id"], head["channel"], serde.loads_typed(typed)))
+        )
+    seeds = {
+        key[2]: typed
+        for key, (_, typed) in join((d["b"] for d in docs if d.get("b")), BLOB_KEY).items()
+    }
+    result: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        entry: DeltaChannelHistory = {
+            "writes": [w for _, w in sorted(ordered[ch], key=lambda x: x[0])]
+        }
+        if ch in seeds:
+            entry["seed"] = serde.loads_typed(seeds[ch])
+        result[ch] = entry
+    return result
+
+
+Skeleton = Mapping[str, Any]
+
+
+def needed_ancestors(skeletons: Iterable[Skeleton], survivors: Iterable[Skeleton]) -> set[tuple]:
+    """Keys ``(thread_id, checkpoint_ns, checkpoint_id)`` of ancestors survivors rebuild from.
+
+    A survivor's ``replay`` channels (versioned but not stored at it) are rebuilt
+    from the writes of its ancestors back to each channel's seed; those
+    ancestors, seeds included, must stay.
+    """
+    by_key = {(s["thread_id"], s["checkpoint_ns"], s["checkpoint_id"]): s for s in skeletons}
+    needed: set[tuple] = set()
+    for survivor in survivors:
+        remaining = set(survivor.get("replay", ()))
+        thread_id, checkpoint_ns = survivor["thread_id"], survivor["checkpoint_ns"]
+        parent = survivor.get("parent_checkpoint_id")
+        while remaining and parent is not None:
+            key = (thread_id, checkpoint_ns, parent)
+            ancestor = by_key.get(key)
+            if ancestor is None:
+                break
+            needed.add(key)
+            remaining -= {v["channel"] for v in ancestor.get("values", ())}
+            parent = ancestor.get("parent_checkpoint_id")
+    return needed

@@ -1,0 +1,325 @@
+"""``mongo-ckpt demo``: a deterministic agent on ``AsyncMongoDBSaver``, end to end.
+
+A rule-based assistant (no LLM, no network) that remembers what the user says
+about themselves, asks for approval with ``interrupt()`` before it books
+anything, and is then taken back in time: replayed from an earlier checkpoint
+and forked with ``update_state``. Finally it prints what the saver stored.
+
+With ``MONGODB_URI`` (or ``--uri``) it runs on that server through PyMongo's
+``AsyncMongoClient``; otherwise on mongomock-motor, in process.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any, TextIO, TypedDict
+
+import bson
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, StateSnapshot, interrupt
+
+from mongo_ckpt.aio import AsyncMongoDBSaver
+
+DEFAULT_DB_NAME = "mongo_ckpt_demo"
+THREAD = "demo"
+OTHER_THREAD = "demo-other"
+QUESTION = "What do you know about me?"
+TURNS = ("Hi, my name is Ada.", "I like tea.", QUESTION)
+BOOKING = "Please book a table for two."
+IN_PROCESS_MISSING = (
+    "The in-process backend needs mongomock-motor, which comes with the test extra:\n"
+    "    pip install -e '.[test]'      (or: pip install mongomock-motor)\n"
+    "or point the demo at a MongoDB server:\n"
+    "    MONGODB_URI='mongodb://localhost:27017/?directConnection=true' "
+    "python -m mongo_ckpt demo"
+)
+
+
+class MissingBackendError(RuntimeError):
+    """No MongoDB URI was given and the in-process backend is not installed."""
+
+
+# -- the agent -----------------------------------------------------------------
+
+
+class DemoState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    pending: str | None  # what to book once the user approves
+
+
+def facts_from(messages: Sequence[AnyMessage]) -> tuple[str | None, list[str]]:
+    """The user's name and likes, as stated in the human messages of the conversation."""
+    name, likes = None, []
+    for message in messages:
+        if not isinstance(message, HumanMessage):
+            continue
+        text = str(message.content)
+        if match := re.search(r"\bmy name is (\w+)", text, re.IGNORECASE):
+            name = match.group(1).capitalize()
+        if match := re.search(r"\bi like ([\w\s-]+?)[.!]?$", text, re.IGNORECASE):
+            likes.append(match.group(1))
+    return name, likes
+
+
+def describe(messages: Sequence[AnyMessage]) -> str:
+    """What the assistant answers to ``QUESTION``."""
+    name, likes = facts_from(messages)
+    parts = ([f"your name is {name}"] if name else []) + (
+        [f"you like {' and '.join(likes)}"] if likes else []
+    )
+    if not parts:
+        return "I don't know anything about you yet."
+    sentence = " and ".join(parts)
+    return sentence[0].upper() + sentence[1:] + "."
+
+
+def assistant(state: DemoState) -> dict[str, Any]:
+    """Answer the last user message from what the conversation so far holds."""
+    messages = state["messages"]
+    text = str(messages[-1].content)
+    if match := re.search(r"\bbook ([\w\s-]+?)[.!]?$", text, re.IGNORECASE):
+        return {"pending": match.group(1)}
+    if re.search(r"what do you know about me", text, re.IGNORECASE):
+        reply = describe(messages)
+    elif match := re.search(r"\bmy name is (\w+)", text, re.IGNORECASE):
+        reply = f"Nice to meet you, {match.group(1).capitalize()}."
+    elif match := re.search(r"\bi like ([\w\s-]+?)[.!]?$", text, re.IGNORECASE):
+        reply = f"Noted: you like {match.group(1)}."
+    else:
+        reply = "I remember your name and what you like, and I book things once you approve."
+    return {"messages": [AIMessage(reply)]}
+
+
+def approval(state: DemoState) -> dict[str, Any]:
+    """Pause the graph until the user approves or rejects the pending action."""
+    booking = state["pending"] or ""
+    decision = interrupt({"action": f"book {booking}", "question": "approve or reject?"})
+    reply = f"Booked {booking}." if decision == "approve" else f"Not booked: {booking}."
+    return {"pending": None, "messages": [AIMessage(reply)]}
+
+
+def route(state: DemoState) -> str:
+    return "approval" if state.get("pending") else END
+
+
+def build_graph() -> StateGraph:
+    """``START -> assistant -> (approval) -> END``."""
+    builder = StateGraph(DemoState)
+    builder.add_node("assistant", assistant)
+    builder.add_node("approval", approval)
+    builder.add_edge(START, "assistant")
+    builder.add_conditional_edges("assistant", route, ["approval", END])
+    builder.add_edge("approval", END)
+    return builder
+
+
+# -- the backend ---------------------------------------------------------------
+
+
+def patch_mongomock_bulk() -> None:
+    """Let mongomock 4.3 accept the ``sort=`` that PyMongo >= 4.11 passes to bulk updates.
+
+    Touches mongomock only; the library itself speaks plain PyMongo.
+    """
+    import mongomock.collection
+
+    builder = mongomock.collection.BulkOperationBuilder
+    for name in ("add_update", "add_replace"):
+        original = getattr(builder, name)
+        if getattr(original, "_ignores_sort", False):
+            continue
+
+        def without_sort(self: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            kw.pop("sort", None)
+            return _original(self, *args, **kw)
+
+        without_sort._ignores_sort = True  # type: ignore[attr-defined]
+        setattr(builder, name, without_sort)
+
+
+def open_client(uri: str | None) -> tuple[Any, str]:
+    """An async client for ``uri`` (in process when ``None``) and a line saying which."""
+    if uri:
+        from pymongo import AsyncMongoClient
+        from pymongo.uri_parser import parse_uri
+
+        hosts = ", ".join(f"{host}:{port}" for host, port in parse_uri(uri)["nodelist"])
+        return AsyncMongoClient(uri), f"Backend: MongoDB at {hosts} (PyMongo AsyncMongoClient)."
+    try:
+        from mongomock_motor import AsyncMongoMockClient
+    except ImportError as exc:
+        raise MissingBackendError(IN_PROCESS_MISSING) from exc
+    patch_mongomock_bulk()
+    return AsyncMongoMockClient(), (
+        "Backend: in-process (mongomock-motor). MONGODB_URI is not set, so nothing is\n"
+        "written to a server and everything is gone when the demo exits. To use a real\n"
+        "MongoDB: MONGODB_URI='mongodb://localhost:27017/?directConnection=true' "
+        "python -m mongo_ckpt demo"
+    )
+
+
+async def _maybe_await(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+# -- the walk-through ------------------------------------------------------------
+
+
+class Demo:
+    """Runs the scenes of the demo on one graph, printing to ``out``."""
+
+    def __init__(self, graph: CompiledStateGraph, saver: AsyncMongoDBSaver, out: TextIO) -> None:
+        self.graph, self.saver, self.out = graph, saver, out
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def heading(self, text: str) -> None:
+        self.say()
+        self.say(f"== {text} ==")
+
+    async def turn(self, thread_id: str, text: str) -> dict[str, Any]:
+        self.say(f"  user> {text}")
+        result = await self.graph.ainvoke({"messages": [HumanMessage(text)]}, _thread(thread_id))
+        if not result.get("__interrupt__"):
+            self.say(f"  assistant> {result['messages'][-1].content}")
+        return result
+
+    async def memory(self) -> None:
+        self.heading(f"1. Memory across turns (thread {THREAD!r})")
+        for text in TURNS:
+            await self.turn(THREAD, text)
+        self.say(f"  -- another thread, {OTHER_THREAD!r}, shares nothing with it:")
+        await self.turn(OTHER_THREAD, QUESTION)
+
+    async def interrupt_and_resume(self) -> RunnableConfig:
+        self.heading("2. Interrupt and resume")
+        result = await self.turn(THREAD, BOOKING)
+        (pause,) = result["__interrupt__"]
+        state = await self.graph.aget_state(_thread(THREAD))
+        self.say(f"  [interrupted] paused before node {state.next[0]!r}, asking: {pause.value}")
+        self.say("  [resumed] graph.ainvoke(Command(resume='approve'), config)")
+        result = await self.graph.ainvoke(Command(resume="approve"), _thread(THREAD))
+        self.say(f"  assistant> {result['messages'][-1].content}")
+        return (await self.graph.aget_state(_thread(THREAD))).config
+
+    async def time_travel(self, original: RunnableConfig) -> None:
+        self.heading("3. Time travel")
+        history = [s async for s in self.graph.aget_state_history(_thread(THREAD))]
+        self.say(f"  history of thread {THREAD!r}, newest first ({len(history)} checkpoints):")
+        for snapshot in history:
+            self.say(f"    {_row(snapshot)}")
+
+        question = _before_assistant(history, QUESTION)
+        step = question.metadata["step"]
+        self.say(f"  -- replay from step {step} (just before the assistant answered {QUESTION!r}):")
+        ran = []
+        async for update in self.graph.astream(None, question.config, stream_mode="updates"):
+            ran.extend(update)
+            for values in update.values():
+                self.say(f"  assistant> {values['messages'][-1].content}")
+        self.say(f"  nodes run by the replay: {', '.join(ran)} (steps up to {step} not re-run)")
+        lineage = await self._lineage(_thread(THREAD), question.config)
+        self.say(f"  the new branch: {' <- '.join(lineage)}")
+
+        tea = _before_assistant(history, TURNS[1])
+        step = tea.metadata["step"]
+        changed = HumanMessage("I like coffee.", id=tea.values["messages"][-1].id)
+        self.say(
+            f"  -- fork at step {step}: update_state replaces {TURNS[1]!r} with "
+            f"{changed.content!r}, then the graph continues from there:"
+        )
+        fork = await self.graph.aupdate_state(
+            tea.config, {"messages": [changed]}, as_node="__start__"
+        )
+        result = await self.graph.ainvoke(None, fork)
+        self.say(f"  assistant> {result['messages'][-1].content}")
+        await self.turn(THREAD, QUESTION)
+        before = await self.graph.aget_state(original)
+        self.say(
+            f"  the original branch is intact: at its last checkpoint (step "
+            f"{before.metadata['step']}) the assistant knows: {describe(before.values['messages'])}"
+        )
+
+    async def storage(self, db_name: str) -> None:
+        self.heading(f"4. What was stored (database {db_name!r})")
+        self.say(f"  {'collection':<20} {'documents':>10} {'BSON bytes':>11}")
+        for collection in self.saver.collections.values():
+            docs = [doc async for doc in collection.find({})]
+            size = sum(len(bson.encode(doc)) for doc in docs)
+            self.say(f"  {collection.name:<20} {len(docs):>10} {size:>11}")
+        self.say("  (checkpoints hold no channel values; a value is stored once per version,")
+        self.say("  so a channel that did not change at a checkpoint is not written again)")
+        for thread_id in (THREAD, OTHER_THREAD):
+            listed = [t async for t in self.saver.alist(_thread(thread_id))]
+            self.say(f"  saver.alist(thread {thread_id!r}): {len(listed)} checkpoints")
+        for source in ("fork", "update"):
+            found = self.saver.alist(_thread(THREAD), filter={"source": source})
+            self.say(f"  saver.alist(thread {THREAD!r}, filter={{'source': {source!r}}}):")
+            async for t in found:
+                messages = t.checkpoint["channel_values"].get("messages", [])
+                self.say(
+                    f"    step {t.metadata['step']}, parent step "
+                    f"{await self._step_of(t.parent_config)}, "
+                    f"last message: {messages[-1].content!r}"
+                )
+
+    async def _step_of(self, config: RunnableConfig | None) -> int | None:
+        found = await self.saver.aget_tuple(config) if config else None
+        return found.metadata["step"] if found else None
+
+    async def _lineage(self, newest: RunnableConfig, oldest: RunnableConfig) -> list[str]:
+        """``step N (source)`` of each checkpoint from ``newest`` back to ``oldest``."""
+        stop = oldest["configurable"]["checkpoint_id"]
+        chain: list[str] = []
+        found = await self.saver.aget_tuple(newest)
+        while found is not None:
+            chain.append(f"step {found.metadata['step']} ({found.metadata['source']})")
+            if found.config["configurable"]["checkpoint_id"] == stop or not found.parent_config:
+                break
+            found = await self.saver.aget_tuple(found.parent_config)
+        return chain
+
+
+async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
+    """Run the whole demo on ``uri`` (in process when ``None``), printing to ``out``."""
+    client, backend = open_client(uri)
+    try:
+        print(backend, file=out)
+        await _maybe_await(client.drop_database(db_name))
+        saver = AsyncMongoDBSaver(client, db_name)
+        await saver.asetup()
+        demo = Demo(build_graph().compile(checkpointer=saver), saver, out)
+        await demo.memory()
+        original = await demo.interrupt_and_resume()
+        await demo.time_travel(original)
+        await demo.storage(db_name)
+        if uri:
+            print(f"\nThe data stays in database {db_name!r} for you to inspect.", file=out)
+    finally:
+        await _maybe_await(client.close())
+
+
+def _thread(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _before_assistant(history: Sequence[StateSnapshot], text: str) -> StateSnapshot:
+    """The checkpoint where ``text`` has arrived and the assistant is about to answer it."""
+    return next(
+        s for s in history if s.next == ("assistant",) and s.values["messages"][-1].content == text
+    )
+
+
+def _row(snapshot: StateSnapshot) -> str:
+    meta = snapshot.metadata or {}
+    messages = snapshot.values.get("messages", [])
+    last = f"{messages[-1].type}: {messages[-1].content}" if messages else "-"
+    nxt = ",".join(snapshot.next) or "-"
+    return f"step {meta.get('step'):>2}  {meta.get('source'):<6} next={nxt:<10} last={last}"
