@@ -190,7 +190,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return self._run(self.ops.sweep_expired(self._require_ttl()))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Drop history: ``keep_latest`` keeps the newest checkpoint per namespace, ``delete`` all."""
+        """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
+        ancestors its DeltaChannels replay from); ``delete`` removes the threads."""
         self._run(self.ops.prune(thread_ids, strategy))
 
     # -- async API ------------------------------------------------------------

@@ -79,8 +79,8 @@ def iterate(collections: Mapping[str, Any], operation: Operation) -> Iterator[An
     while True:
         try:
             step = operation.send(result)
-        except StopIteration as stop:
-            return stop.value
+        except StopIteration:
+            return
         if isinstance(step, Emit):
             result = None
             yield step.item
@@ -103,24 +103,25 @@ async def aiterate(collections: Mapping[str, Any], operation: Operation) -> Asyn
             result = await aexecute(collections, step)
 
 
+def _returning(operation: Operation, box: list[Any]) -> Operation:
+    box.append((yield from operation))
+
+
+def _emitted(item: Any) -> TypeError:
+    return TypeError(f"a run operation emitted {item!r}; iterate emitting operations instead")
+
+
 def run(collections: Mapping[str, Any], operation: Operation) -> Any:
     """Run a non-emitting ``operation`` synchronously and return its result."""
-    iterator = iterate(collections, operation)
-    try:
-        next(iterator)
-    except StopIteration as stop:
-        return stop.value
-    raise TypeError("run() was given an operation that emits items; use iterate()")
+    box: list[Any] = []
+    for item in iterate(collections, _returning(operation, box)):
+        raise _emitted(item)
+    return box[0]
 
 
 async def arun(collections: Mapping[str, Any], operation: Operation) -> Any:
     """Run a non-emitting ``operation`` asynchronously and return its result."""
-    result: Any = None
-    while True:
-        try:
-            step = operation.send(result)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(step, Emit):
-            raise TypeError("arun() was given an operation that emits items; use aiterate()")
-        result = await aexecute(collections, step)
+    box: list[Any] = []
+    async for item in aiterate(collections, _returning(operation, box)):
+        raise _emitted(item)
+    return box[0]
