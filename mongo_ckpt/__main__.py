@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MissingBackendError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -91,7 +91,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             number = int(current)
         else:
             number = int(current.split(".")[0])
-        return f"{number + 1:032}.{random.random():016}"
+        return f"{number + 1:032}.{random.randrange(10**16):016d}"
 
     def _prepared(self, operation: Operation) -> Operation:
         """``operation``, preceded by index creation on first use and, with a ``ttl``,

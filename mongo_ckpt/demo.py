@@ -25,6 +25,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot, interrupt
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
+from mongo_ckpt.inprocess import patch_mongomock_bulk
+from mongo_ckpt.operations import BLOBS, CHECKPOINTS
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
 THREAD = "demo"
@@ -122,35 +124,14 @@ def build_graph() -> StateGraph:
 # -- the backend ---------------------------------------------------------------
 
 
-def patch_mongomock_bulk() -> None:
-    """Let mongomock 4.3 accept the ``sort=`` that PyMongo >= 4.11 passes to bulk updates.
-
-    Touches mongomock only; the library itself speaks plain PyMongo.
-    """
-    import mongomock.collection
-
-    builder = mongomock.collection.BulkOperationBuilder
-    for name in ("add_update", "add_replace"):
-        original = getattr(builder, name)
-        if getattr(original, "_ignores_sort", False):
-            continue
-
-        def without_sort(self: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
-            kw.pop("sort", None)
-            return _original(self, *args, **kw)
-
-        without_sort._ignores_sort = True  # type: ignore[attr-defined]
-        setattr(builder, name, without_sort)
-
-
 def open_client(uri: str | None) -> tuple[Any, str]:
     """An async client for ``uri`` (in process when ``None``) and a line saying which."""
     if uri:
         from pymongo import AsyncMongoClient
-        from pymongo.uri_parser import parse_uri
 
-        hosts = ", ".join(f"{host}:{port}" for host, port in parse_uri(uri)["nodelist"])
-        return AsyncMongoClient(uri), f"Backend: MongoDB at {hosts} (PyMongo AsyncMongoClient)."
+        # Shown without credentials and options.
+        where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
+        return AsyncMongoClient(uri), f"Backend: MongoDB at {where} (PyMongo AsyncMongoClient)."
     try:
         from mongomock_motor import AsyncMongoMockClient
     except ImportError as exc:
@@ -224,7 +205,7 @@ class Demo:
             ran.extend(update)
             for values in update.values():
                 self.say(f"  assistant> {values['messages'][-1].content}")
-        self.say(f"  nodes run by the replay: {', '.join(ran)} (steps up to {step} not re-run)")
+        self.say(f"  nodes run by the replay: {', '.join(ran)} (steps 0-{step} were not re-run)")
         lineage = await self._lineage(_thread(THREAD), question.config)
         self.say(f"  the new branch: {' <- '.join(lineage)}")
 
@@ -250,12 +231,17 @@ class Demo:
     async def storage(self, db_name: str) -> None:
         self.heading(f"4. What was stored (database {db_name!r})")
         self.say(f"  {'collection':<20} {'documents':>10} {'BSON bytes':>11}")
-        for collection in self.saver.collections.values():
-            docs = [doc async for doc in collection.find({})]
+        stored = {}
+        for logical, collection in self.saver.collections.items():
+            stored[logical] = docs = [doc async for doc in collection.find({})]
             size = sum(len(bson.encode(doc)) for doc in docs)
             self.say(f"  {collection.name:<20} {len(docs):>10} {size:>11}")
-        self.say("  (checkpoints hold no channel values; a value is stored once per version,")
-        self.say("  so a channel that did not change at a checkpoint is not written again)")
+        refs = sum(len(doc.get("values", ())) for doc in stored[CHECKPOINTS])
+        self.say(
+            f"  the {len(stored[CHECKPOINTS])} checkpoints refer to {refs} channel values, stored "
+            f"as {len(stored[BLOBS])} documents:"
+        )
+        self.say("  a value is written once, when its channel changes, and shared after that")
         for thread_id in (THREAD, OTHER_THREAD):
             listed = [t async for t in self.saver.alist(_thread(thread_id))]
             self.say(f"  saver.alist(thread {thread_id!r}): {len(listed)} checkpoints")

@@ -257,7 +257,7 @@ class CheckpointOperations:
         blobs = yield Call(BLOBS, "find", (threads,), {"projection": _KEYS_ONLY})
         unused = [doc["_id"] for doc in blobs if key_of(doc, BLOB_KEY) not in used]
         if unused:
-            yield Call(BLOBS, "delete_many", ({"_id": {"$in": unused}},))
+            yield Call(BLOBS, "delete_many", ({**threads, "_id": {"$in": unused}},))
 
 
 def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:

@@ -9,18 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import mongomock
-import mongomock.collection
 
-# mongomock 4.3 predates PyMongo 4.11, whose UpdateOne/ReplaceOne pass ``sort=`` to
-# the bulk builder; accept and ignore it (test-only compatibility).
-_BULK = mongomock.collection.BulkOperationBuilder
-for _name in ("add_update", "add_replace"):
-    _original = getattr(_BULK, _name)
+from mongo_ckpt.inprocess import patch_mongomock_bulk
 
-    def _without_sort(self: Any, *args: Any, _original: Any = _original, sort: Any = None, **kw: Any) -> Any:
-        return _original(self, *args, **kw)
-
-    setattr(_BULK, _name, _without_sort)
+patch_mongomock_bulk()
 
 MONGODB_URI = os.environ.get("MONGODB_URI")
 BACKENDS = ["mock", "wire", "mongodb"]
