@@ -75,13 +75,17 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self.filterable_metadata_keys = (
             None if filterable_metadata_keys is None else frozenset(filterable_metadata_keys)
         )
-        self.ops = CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
         self.collections: dict[str, Any] = {
             CHECKPOINTS: self.db[self.layout.checkpoints],
             BLOBS: self.db[self.layout.blobs],
             WRITES: self.db[self.layout.writes],
         }
         self._is_setup = False
+
+    @property
+    def ops(self) -> CheckpointOperations:
+        """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
+        return CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
         """Monotonic version strings with a random tail, so forked branches never collide."""

@@ -1,0 +1,49 @@
+"""Many threads (conversations) run at once on one saver; each keeps only its own state."""
+
+from __future__ import annotations
+
+import asyncio
+
+from langchain_core.messages import HumanMessage
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from tests.graphs import AsyncRunner, Runner, SyncRunner, chat_builder, contents, thread
+
+THREADS = 20
+
+
+async def check_concurrent_threads(run: Runner) -> None:
+    graph = run.compile(chat_builder())
+
+    async def converse(thread_id: str) -> dict:
+        for turn in (1, 2):
+            message = {"messages": [HumanMessage(f"{thread_id} turn {turn}")]}
+            result = await run.invoke(graph, message, thread(thread_id))
+        return result
+
+    thread_ids = [f"user-{n}" for n in range(THREADS)]
+    results = await asyncio.gather(*(converse(t) for t in thread_ids))
+
+    stored = await asyncio.gather(*(run.checkpoints(thread(t)) for t in thread_ids))
+    for thread_id, result, checkpoints in zip(thread_ids, results, stored):
+        assert contents(result["messages"]) == [
+            ("human", f"{thread_id} turn 1"),
+            ("ai", f"#1: {thread_id} turn 1"),
+            ("human", f"{thread_id} turn 2"),
+            ("ai", f"#3: {thread_id} turn 2"),
+        ]
+        assert checkpoints[0].checkpoint["channel_values"]["messages"] == result["messages"]
+        assert len(checkpoints) == 6
+        assert {c.config["configurable"]["thread_id"] for c in checkpoints} == {thread_id}
+        ids = [c.config["configurable"]["checkpoint_id"] for c in checkpoints]
+        for newer, older in zip(checkpoints, checkpoints[1:]):
+            assert newer.parent_config == older.config
+        assert len(set(ids)) == 6
+
+
+async def test_concurrent_threads_sync(saver: MongoDBSaver) -> None:
+    await check_concurrent_threads(SyncRunner(saver))
+
+
+async def test_concurrent_threads_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_concurrent_threads(AsyncRunner(asaver))

@@ -1,0 +1,88 @@
+"""A failing node next to a successful one: the success is kept as a pending write."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from operator import add
+from typing import Annotated
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+
+DURABILITY = pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], add]
+
+
+def parallel_builder(calls: Counter) -> StateGraph:
+    """START -> (ok, flaky) in one superstep -> END; flaky fails on its first run only."""
+    ok_done = threading.Event()
+
+    def ok(state: Log) -> dict:
+        calls["ok"] += 1
+        ok_done.set()
+        return {"log": ["ok"]}
+
+    def flaky(state: Log) -> dict:
+        calls["flaky"] += 1
+        if calls["flaky"] == 1:
+            # A failure cancels the tasks still running: let ok return (and be committed) first.
+            assert ok_done.wait(timeout=10)
+            time.sleep(0.05)
+            raise RuntimeError("flaky is down")
+        return {"log": ["flaky"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("ok", ok)
+    builder.add_node("flaky", flaky)
+    builder.add_edge(START, "ok")
+    builder.add_edge(START, "flaky")
+    builder.add_edge("ok", END)
+    builder.add_edge("flaky", END)
+    return builder
+
+
+async def check_resume_after_failure(run: Runner, durability: str) -> None:
+    calls: Counter = Counter()
+    builder = parallel_builder(calls)
+    config = thread("t1")
+    with pytest.raises(RuntimeError, match="flaky is down"):
+        await run.invoke(run.compile(builder), {"log": ["in"]}, config, durability=durability)
+    assert calls == {"ok": 1, "flaky": 1}
+
+    # A new process sees the failed superstep: ok's result and flaky's error are stored.
+    run = run.reopened()
+    graph = run.compile(builder)
+    state = await run.state(graph, config)
+    assert state.next == ("flaky",)
+    assert state.values == {"log": ["in", "ok"]}
+    tasks = {t.name: t for t in state.tasks}
+    assert tasks["ok"].result == {"log": ["ok"]}
+    assert tasks["ok"].error is None
+    assert "flaky is down" in tasks["flaky"].error
+    assert tasks["flaky"].result is None
+
+    assert await run.invoke(graph, None, config, durability=durability) == {
+        "log": ["in", "flaky", "ok"]
+    }
+    assert calls == {"ok": 1, "flaky": 2}
+    state = await run.state(graph, config)
+    assert (state.next, state.values) == ((), {"log": ["in", "flaky", "ok"]})
+
+
+@DURABILITY
+async def test_resume_after_failure_sync(saver: MongoDBSaver, durability: str) -> None:
+    await check_resume_after_failure(SyncRunner(saver), durability)
+
+
+@DURABILITY
+async def test_resume_after_failure_async(asaver: AsyncMongoDBSaver, durability: str) -> None:
+    await check_resume_after_failure(AsyncRunner(asaver), durability)
