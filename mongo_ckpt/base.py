@@ -54,8 +54,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         ttl: seconds of inactivity after which a whole thread expires (see sweep_expired).
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
-        filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``;
-            all by default, only LangGraph's own keys when ``serde`` encrypts.
+        filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
+            besides LangGraph's own (source, step, run_id, parents); all keys by default,
+            only LangGraph's own when ``serde`` encrypts.
         sweep_interval: seconds between automatic sweeps when ``ttl`` is set
             (default: ``min(ttl, 3600)``).
         """
@@ -70,11 +71,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self.ttl = ttl
         self.sweep_interval = sweep_interval if sweep_interval is not None else min(ttl or 0, 3600)
         self._next_sweep = 0.0
-        if filterable_metadata_keys is None and isinstance(serde, EncryptedSerializer):
-            filterable_metadata_keys = STRUCTURAL_METADATA_KEYS
-        self.filterable_metadata_keys = (
-            None if filterable_metadata_keys is None else frozenset(filterable_metadata_keys)
-        )
+        if filterable_metadata_keys is not None:
+            self.filterable_metadata_keys: frozenset[str] | None = STRUCTURAL_METADATA_KEYS | set(
+                filterable_metadata_keys
+            )
+        elif isinstance(serde, EncryptedSerializer):
+            self.filterable_metadata_keys = STRUCTURAL_METADATA_KEYS
+        else:
+            self.filterable_metadata_keys = None
         self.collections: dict[str, Any] = {
             CHECKPOINTS: self.db[self.layout.checkpoints],
             BLOBS: self.db[self.layout.blobs],
@@ -134,7 +138,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create the indexes (idempotent; also done on first use)."""
-        self._run(self.ops.setup())
+        self._is_setup = False
+        self._run(_nothing())
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
@@ -202,7 +207,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def asetup(self) -> None:
         """Async ``setup``."""
-        await self._arun(self.ops.setup())
+        self._is_setup = False
+        await self._arun(_nothing())
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
@@ -265,3 +271,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
         await self._arun(self.ops.prune(thread_ids, strategy))
+
+
+def _nothing() -> Operation:
+    """An operation without calls: running it runs only what ``_prepared`` adds."""
+    return None
+    yield

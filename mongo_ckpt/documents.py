@@ -11,6 +11,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import UpdateOne
 
+from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -71,7 +72,7 @@ def checkpoint_document(
         "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
         "metadata": plain_metadata(metadata, filterable_keys),
         "metadata_typed": typed(serde, metadata),
-        "run_id": metadata.get("run_id"),
+        "run_id": as_id(metadata.get("run_id")),
         # Channels whose value at this checkpoint is a stored blob, with its version.
         "values": [{"channel": ch, "version": versions[ch]} for ch in values if ch in versions],
         # Versioned channels without a stored value (DeltaChannel): rebuilt from history.

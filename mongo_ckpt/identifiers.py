@@ -8,18 +8,27 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 
-def coerce_id(value: Any, field: str) -> str:
-    """Return ``value`` as a string identifier, or raise ``TypeError`` naming ``field``.
-
-    Strings pass through and integers are coerced; anything else (dicts such as
-    ``{"$ne": None}``, lists, ``None``, booleans) is refused so it can never act
-    as a query operator.
-    """
+def as_id(value: Any) -> str | None:
+    """``value`` as a string identifier (strings as they are, ints coerced), else ``None``."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise TypeError(f"{field} must be a string (or an int), got {type(value).__name__}: {value!r}")
+    return None
+
+
+def coerce_id(value: Any, field: str) -> str:
+    """Return ``value`` as a string identifier, or raise ``TypeError`` naming ``field``.
+
+    Anything but a string or an int (dicts such as ``{"$ne": None}``, lists,
+    ``None``, booleans) is refused so it can never act as a query operator.
+    """
+    result = as_id(value)
+    if result is None:
+        raise TypeError(
+            f"{field} must be a string (or an int), got {type(value).__name__}: {value!r}"
+        )
+    return result
 
 
 def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:

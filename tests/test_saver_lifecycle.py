@@ -1,0 +1,160 @@
+"""Set-up, collection names and who closes the client."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import generate_config
+
+from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
+from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from tests.backends import count_calls, sync_client, uri_for
+from tests.test_saver_support import LOGICAL, Api, maybe_await, put_chain, values_at
+
+# The unique keys of DESIGN.md; an index may add ``part`` (chunks of a large payload).
+UNIQUE_KEYS = {
+    CHECKPOINTS: ("thread_id", "checkpoint_ns", "checkpoint_id"),
+    BLOBS: ("thread_id", "checkpoint_ns", "channel", "version"),
+    WRITES: ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+}
+NAMES = {
+    "checkpoint_collection_name": "my_checkpoints",
+    "writes_collection_name": "my_writes",
+    "blobs_collection_name": "my_blobs",
+}
+
+
+async def assert_unique_keys(api: Api) -> None:
+    for logical, fields in UNIQUE_KEYS.items():
+        keys = await api.unique_keys(logical)
+        assert any(key[: len(fields)] == fields for key in keys), (logical, keys)
+
+
+async def check_setup_is_idempotent(api: Api) -> None:
+    fresh = api.variant(**NAMES)
+    counter = count_calls(fresh.saver.collections)
+    await fresh.setup()
+    # One create_indexes call per collection.
+    assert dict(counter) == {(logical, "create_indexes"): 1 for logical in LOGICAL}
+    await fresh.setup()
+    await assert_unique_keys(fresh)
+    await put_chain(fresh, "t", 2, writes=True)
+    assert len(await fresh.list(generate_config("t"))) == 2
+
+
+async def check_setup_runs_on_first_use(api: Api) -> None:
+    fresh = api.variant(**NAMES)
+    counter = count_calls(fresh.saver.collections)
+    [config] = await put_chain(fresh, "t", 1)
+    assert {m for (_, m) in counter} == {"create_indexes", "bulk_write", "update_one"}
+    await assert_unique_keys(fresh)
+    # Only once: later calls make no index call.
+    counter.clear()
+    await fresh.get_tuple(config)
+    await put_chain(fresh, "u", 1)
+    assert not any(method == "create_indexes" for (_, method) in counter)
+
+
+async def check_collection_names(api: Api) -> None:
+    named = api.variant(**NAMES)
+    await put_chain(named, "t", 2, writes=True)
+    collections = set(await maybe_await(named.saver.db.list_collection_names()))
+    assert set(NAMES.values()) <= collections
+    assert await named.counts() == {CHECKPOINTS: 2, BLOBS: 3, WRITES: 2}
+    # Nothing landed in the default collections (the fixture's saver set them up).
+    assert await api.counts() == {CHECKPOINTS: 0, BLOBS: 0, WRITES: 0}
+    assert (await named.get_tuple(generate_config("t"))).checkpoint["channel_values"] == (
+        values_at(1, "t")
+    )
+    assert await api.get_tuple(generate_config("t")) is None
+
+
+async def check_given_client_stays_open(api: Api) -> None:
+    other = api.variant()
+    await put_chain(other, "t", 1)
+    client = other.saver.client
+    del other
+    gc.collect()
+    # The client still works, directly and for a new saver.
+    coll = client[api.saver.db.name]["still_open"]
+    await maybe_await(coll.insert_one({"x": 1}))
+    assert await maybe_await(coll.count_documents({})) == 1
+    assert (await api.get_tuple(generate_config("t"))).checkpoint["channel_values"] == (
+        values_at(0, "t")
+    )
+
+
+async def test_setup_is_idempotent_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_setup_is_idempotent(Api(asaver))
+
+
+async def test_setup_is_idempotent_sync(saver: MongoDBSaver) -> None:
+    await check_setup_is_idempotent(Api(saver))
+
+
+async def test_setup_runs_on_first_use_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_setup_runs_on_first_use(Api(asaver))
+
+
+async def test_setup_runs_on_first_use_sync(saver: MongoDBSaver) -> None:
+    await check_setup_runs_on_first_use(Api(saver))
+
+
+async def test_collection_names_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_collection_names(Api(asaver))
+
+
+async def test_collection_names_sync(saver: MongoDBSaver) -> None:
+    await check_collection_names(Api(saver))
+
+
+async def test_given_client_stays_open_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_given_client_stays_open(Api(asaver))
+
+
+async def test_given_client_stays_open_sync(saver: MongoDBSaver) -> None:
+    await check_given_client_stays_open(Api(saver))
+
+
+# -- from_conn_string owns its client ----------------------------------------------
+
+SERVERS = ["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)]
+
+
+async def check_owned_client_closed(api: Api) -> None:
+    with pytest.raises(ClientClosedError):
+        await api.get_tuple(generate_config("t"))
+    with pytest.raises(ClientClosedError):
+        await put_chain(api, "u", 1)
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+async def test_from_conn_string_async(backend: str, db_name: str) -> None:
+    try:
+        async with AsyncMongoDBSaver.from_conn_string(uri_for(backend), db_name) as saver:
+            await put_chain(Api(saver), "t", 1)
+            found = await saver.aget_tuple(generate_config("t"))
+            assert found.checkpoint["channel_values"] == values_at(0, "t")
+        await check_owned_client_closed(Api(saver))
+    finally:
+        _drop(backend, db_name)
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+async def test_from_conn_string_sync(backend: str, db_name: str) -> None:
+    try:
+        with MongoDBSaver.from_conn_string(uri_for(backend), db_name) as saver:
+            await put_chain(Api(saver), "t", 1)
+            found = saver.get_tuple(generate_config("t"))
+            assert found.checkpoint["channel_values"] == values_at(0, "t")
+        await check_owned_client_closed(Api(saver))
+    finally:
+        _drop(backend, db_name)
+
+
+def _drop(backend: str, db_name: str) -> None:
+    client: Any = sync_client(backend)
+    with client:
+        client.drop_database(db_name)

@@ -1,0 +1,134 @@
+"""Round-trip budget per operation, counted on the saver's collections (one method call
+is one round trip), and ``list`` streaming page by page."""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from tests.backends import count_calls, total
+from tests.test_saver_support import Api, put_chain, values_at
+
+
+async def check_put_and_put_writes(api: Api) -> None:
+    configs = await put_chain(api, "t", 2)
+    counter = count_calls(api.saver.collections)
+    checkpoint = generate_checkpoint(
+        channel_values={"a": 1, "b": 2, "c": 3}, channel_versions={"a": "1", "b": "1", "c": "1"}
+    )
+    stored = await api.put(configs[-1], checkpoint, generate_metadata(), {"a": "1", "b": "1"})
+    assert total(counter) <= 2, counter
+
+    counter.clear()
+    await api.put(stored, generate_checkpoint(), generate_metadata(), {})
+    assert total(counter) <= 2, counter
+
+    counter.clear()
+    await api.put_writes(stored, [("a", 1), ("b", 2), ("__error__", "e")], "task")
+    assert dict(counter) == {(WRITES, "bulk_write"): 1}
+
+
+async def check_get_tuple(api: Api) -> None:
+    configs = await put_chain(api, "t", 5, writes=True)
+    counter = count_calls(api.saver.collections)
+    latest = await api.get_tuple(generate_config("t"))
+    assert total(counter) <= 3, counter
+    assert latest.checkpoint["channel_values"] == values_at(4, "t")
+    assert latest.pending_writes == [("task-4", "w", "w4")]
+
+    counter.clear()
+    by_id = await api.get_tuple(configs[1])
+    assert total(counter) <= 3, counter
+    assert by_id.checkpoint["channel_values"] == values_at(1, "t")
+
+    counter.clear()
+    assert await api.get_tuple(generate_config("missing")) is None
+    assert total(counter) <= 3, counter
+
+
+async def check_list(api: Api) -> None:
+    await put_chain(api, "t", 50, writes=True)
+    counter = count_calls(api.saver.collections)
+    page = await api.list(generate_config("t"), limit=10)
+    assert total(counter) <= 3, counter
+    assert [t.metadata["step"] for t in page] == list(range(49, 39, -1))
+    assert all(
+        t.pending_writes == [(f"task-{s}", "w", f"w{s}")] for s, t in zip(range(49, 39, -1), page)
+    )
+
+    counter.clear()
+    everything = await api.list(generate_config("t"))
+    assert len(everything) == 50
+    assert [t.checkpoint["channel_values"] for t in everything] == [
+        values_at(step, "t") for step in range(49, -1, -1)
+    ]
+    # A handful of queries for the whole history, not one (or more) per checkpoint.
+    assert total(counter) <= 7, counter
+
+
+async def check_delete_thread(api: Api) -> None:
+    await put_chain(api, "t", 5, writes=True)
+    await put_chain(api, "t", 3, ns="child", writes=True)
+    counter = count_calls(api.saver.collections)
+    await api.delete_thread("t")
+    assert total(counter) <= 3, counter
+    assert await api.counts() == {CHECKPOINTS: 0, BLOBS: 0, WRITES: 0}
+
+
+async def check_list_streams(api: Api) -> None:
+    await put_chain(api, "t", 60)
+    counter = count_calls(api.saver.collections)
+    stream = api.stream(generate_config("t"))
+    first = await anext(stream)
+    assert first.metadata["step"] == 59
+    # Only the first page is loaded: its checkpoints, their values and their writes.
+    assert dict(counter) == {(CHECKPOINTS, "find"): 1, (BLOBS, "find"): 1, (WRITES, "find"): 1}
+    rest = [item async for item in stream]
+    assert [t.metadata["step"] for t in rest] == list(range(58, -1, -1))
+    assert counter[(BLOBS, "find")] > 1
+    assert counter[(CHECKPOINTS, "find")] == 1
+
+
+async def test_put_and_put_writes_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_put_and_put_writes(Api(asaver))
+
+
+async def test_put_and_put_writes_sync(saver: MongoDBSaver) -> None:
+    await check_put_and_put_writes(Api(saver))
+
+
+async def test_get_tuple_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_get_tuple(Api(asaver))
+
+
+async def test_get_tuple_sync(saver: MongoDBSaver) -> None:
+    await check_get_tuple(Api(saver))
+
+
+async def test_list_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_list(Api(asaver))
+
+
+async def test_list_sync(saver: MongoDBSaver) -> None:
+    await check_list(Api(saver))
+
+
+async def test_delete_thread_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_delete_thread(Api(asaver))
+
+
+async def test_delete_thread_sync(saver: MongoDBSaver) -> None:
+    await check_delete_thread(Api(saver))
+
+
+async def test_list_streams_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_list_streams(Api(asaver))
+
+
+async def test_list_streams_sync(saver: MongoDBSaver) -> None:
+    await check_list_streams(Api(saver))

@@ -1,0 +1,188 @@
+"""Helpers shared by the ``test_saver_*`` modules (this module holds no tests).
+
+``Api`` puts a sync or an async saver behind one awaitable interface, so each
+behaviour is written once and run on both savers (and, through the ``asaver``
+and ``saver`` fixtures, on every backend).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Iterable
+from functools import partial
+from typing import Any
+
+import bson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+
+from mongo_ckpt import AsyncMongoDBSaver
+from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+
+LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
+
+
+async def maybe_await(value: Any) -> Any:
+    """``value``, awaited if it is awaitable (async drivers return coroutines or futures)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+class Api:
+    """A saver behind async methods: ``await api.put(...)`` calls ``aput`` on an async
+    saver and ``put`` on a sync one. Raw-collection helpers bypass the saver (and any
+    ``count_calls`` wrapper on ``saver.collections``).
+    """
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self.is_async = isinstance(saver, AsyncMongoDBSaver)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return partial(self.call, name)
+
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await getattr(self.saver, f"a{name}")(*args, **kwargs)
+        return getattr(self.saver, name)(*args, **kwargs)
+
+    def variant(self, db_name: str | None = None, **kwargs: Any) -> Api:
+        """Another saver of the same kind on the same client (same database by default)."""
+        return Api(type(self.saver)(self.saver.client, db_name or self.saver.db.name, **kwargs))
+
+    async def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple]:
+        return [item async for item in self.stream(config, **kwargs)]
+
+    async def stream(
+        self, config: RunnableConfig | None, **kwargs: Any
+    ) -> AsyncIterator[CheckpointTuple]:
+        """``alist`` / ``list`` as an async iterator, item by item."""
+        if self.is_async:
+            async for item in self.saver.alist(config, **kwargs):
+                yield item
+        else:
+            for item in self.saver.list(config, **kwargs):
+                yield item
+
+    async def invoke(self, graph: Any, inputs: Any, config: RunnableConfig) -> Any:
+        if self.is_async:
+            return await graph.ainvoke(inputs, config)
+        return graph.invoke(inputs, config)
+
+    async def history(self, graph: Any, config: RunnableConfig) -> list[Any]:
+        if self.is_async:
+            return [s async for s in graph.aget_state_history(config)]
+        return list(graph.get_state_history(config))
+
+    # -- raw collections --------------------------------------------------------
+
+    def raw(self, logical: str) -> Any:
+        names = dict(zip(LOGICAL, self.saver.layout.names()))
+        return self.saver.db[names[logical]]
+
+    async def docs(self, logical: str, query: dict[str, Any] | None = None) -> list[dict]:
+        cursor = self.raw(logical).find(query or {})
+        if self.is_async:
+            return [doc async for doc in cursor]
+        return list(cursor)
+
+    async def count(self, logical: str, query: dict[str, Any] | None = None) -> int:
+        return await maybe_await(self.raw(logical).count_documents(query or {}))
+
+    async def counts(self) -> dict[str, int]:
+        return {logical: await self.count(logical) for logical in LOGICAL}
+
+    async def thread_docs(self, thread_id: str) -> dict[str, list[dict]]:
+        """Every stored document of one thread, per collection, in a stable order."""
+        return {
+            logical: sorted(await self.docs(logical, {"thread_id": thread_id}), key=_stable)
+            for logical in LOGICAL
+        }
+
+    async def raw_bytes(self) -> bytes:
+        """All documents of the three collections, BSON-encoded as stored."""
+        chunks = [bson.encode(doc) for logical in LOGICAL for doc in await self.docs(logical)]
+        return b"".join(chunks)
+
+    async def drop_database(self) -> None:
+        await maybe_await(self.saver.client.drop_database(self.saver.db.name))
+
+    async def unique_keys(self, logical: str) -> set[tuple[str, ...]]:
+        """The field lists of the collection's unique indexes."""
+        indexes = await maybe_await(self.raw(logical).index_information())
+        return {
+            tuple(field for field, _ in spec["key"])
+            for spec in indexes.values()
+            if spec.get("unique")
+        }
+
+
+def _stable(doc: dict) -> str:
+    return repr(sorted((k, repr(v)) for k, v in doc.items()))
+
+
+def values_at(step: int, thread_id: str, ns: str = "") -> dict[str, str]:
+    """Channel values of checkpoint ``step`` in ``put_chain``: ``a`` changes every
+    step, ``b`` is written once at step 0 and never again."""
+    return {"a": f"{thread_id}/{ns}/a{step}", "b": f"{thread_id}/{ns}/b"}
+
+
+async def put_chain(
+    api: Api,
+    thread_id: str,
+    n: int,
+    *,
+    ns: str = "",
+    run_ids: Iterable[str | int] | None = None,
+    writes: bool = False,
+    **metadata: Any,
+) -> list[RunnableConfig]:
+    """Put ``n`` chained checkpoints (``values_at``); return their configs, oldest first.
+
+    ``run_ids`` gives each checkpoint's run id; ``writes`` adds one pending write per
+    checkpoint (channel ``w``, value ``"w<step>"``); ``metadata`` is added to each.
+    """
+    runs: list[Any] = list(run_ids) if run_ids is not None else [None] * n
+    configs: list[RunnableConfig] = []
+    for step in range(n):
+        versions = {"a": f"{step + 1:08}", "b": f"{1:08}"}
+        new_versions = versions if step == 0 else {"a": versions["a"]}
+        checkpoint = generate_checkpoint(
+            channel_values=values_at(step, thread_id, ns), channel_versions=versions
+        )
+        config = generate_config(thread_id, checkpoint_ns=ns)
+        if configs:
+            config["configurable"]["checkpoint_id"] = configs[-1]["configurable"]["checkpoint_id"]
+        extra = {**metadata, **({"run_id": runs[step]} if runs[step] is not None else {})}
+        metadata_at = generate_metadata(step=step, **extra)
+        stored = await api.put(config, checkpoint, metadata_at, new_versions)
+        if writes:
+            await api.put_writes(stored, [("w", f"w{step}")], f"task-{step}")
+        configs.append(stored)
+    return configs
+
+
+async def assert_no_orphans(api: Api) -> None:
+    """Every blob is referenced by a checkpoint, every write belongs to a checkpoint."""
+    checkpoints = await api.docs(CHECKPOINTS)
+    keys = {(d["thread_id"], d["checkpoint_ns"], d["checkpoint_id"]) for d in checkpoints}
+    refs = {
+        (d["thread_id"], d["checkpoint_ns"], v["channel"], v["version"])
+        for d in checkpoints
+        for v in d.get("values", ())
+    }
+    blobs = {
+        (d["thread_id"], d["checkpoint_ns"], d["channel"], d["version"])
+        for d in await api.docs(BLOBS)
+    }
+    writes = {
+        (d["thread_id"], d["checkpoint_ns"], d["checkpoint_id"]) for d in await api.docs(WRITES)
+    }
+    assert blobs - refs == set(), "blob documents no checkpoint refers to"
+    assert writes - keys == set(), "write documents of deleted checkpoints"
