@@ -8,7 +8,7 @@ another thread, as LangGraph's other async savers do.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,7 +16,7 @@ from pymongo import AsyncMongoClient
 
 from mongo_ckpt.base import DEFAULT_DB_NAME, MongoSaverBase
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.client import aiterate, arun
+from mongo_ckpt.client import aiterate, arun, run_on_loop
 
 
 class AsyncMongoDBSaver(MongoSaverBase):
@@ -29,6 +29,15 @@ class AsyncMongoDBSaver(MongoSaverBase):
     """
 
     loop: asyncio.AbstractEventLoop | None = None
+
+    def __init__(
+        self, client: Any, db_name: str = DEFAULT_DB_NAME, *args: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(client, db_name, *args, **kwargs)
+        try:  # built inside the application's loop: sync calls from other threads work at once
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
 
     @classmethod
     @asynccontextmanager
@@ -52,35 +61,15 @@ class AsyncMongoDBSaver(MongoSaverBase):
             yield item
 
     def _run(self, operation: Operation) -> Any:
-        return self._on_loop(self._arun(operation))
+        return run_on_loop(self._arun(operation), self.loop, type(self).__name__)
 
     def _iter(self, operation: Operation) -> Iterator[Any]:
         items = self._aiter(operation)
         while True:
             try:
-                yield self._on_loop(_next(items))
+                yield run_on_loop(_next(items), self.loop, type(self).__name__)
             except StopAsyncIteration:
                 return
-
-    def _on_loop(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None and running is self.loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "Synchronous calls to AsyncMongoDBSaver are only allowed from a different "
-                "thread. From the event loop's thread use the async interface, e.g. "
-                "`await saver.aget_tuple(...)` or `await graph.ainvoke(...)`."
-            )
-        if self.loop is None or not self.loop.is_running():
-            coro.close()
-            raise RuntimeError(
-                "AsyncMongoDBSaver's sync methods need the event loop it runs on to be "
-                "running in another thread; use the async methods, or MongoDBSaver"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 async def _next(items: AsyncIterator[Any]) -> Any:

@@ -7,8 +7,9 @@ awaiting at all. Those differences live here and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -125,3 +126,31 @@ async def arun(collections: Mapping[str, Any], operation: Operation) -> Any:
     async for item in aiterate(collections, _returning(operation, box)):
         raise _emitted(item)
     return box[0]
+
+
+def run_on_loop(
+    coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None, owner: str
+) -> Any:
+    """Run ``coro`` on ``loop`` (the async object's own) from another thread and wait.
+
+    This is how the sync methods of the async saver and store work; calling them
+    from the loop's own thread would deadlock, so that is refused.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is not None and running is loop:
+        coro.close()
+        raise asyncio.InvalidStateError(
+            f"Synchronous calls to {owner} are only allowed from a different thread. From "
+            "the event loop's thread use the async interface, e.g. `await x.aget(...)` or "
+            "`await graph.ainvoke(...)`."
+        )
+    if loop is None or not loop.is_running():
+        coro.close()
+        raise RuntimeError(
+            f"{owner}'s sync methods need the event loop it runs on to be running in another "
+            "thread; use the async methods, or the sync class"
+        )
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()

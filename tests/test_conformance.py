@@ -18,7 +18,9 @@ async def _check(name: str, make_saver: Any) -> None:
     report = await validate(checkpointer_test(name)(factory))
     failures = {cap: r.failures for cap, r in report.results.items() if not r.passed}
     assert not failures, failures
-    assert {cap for cap, r in report.results.items() if r.passed} == {c.value for c in ALL_CAPABILITIES}
+    assert {cap for cap, r in report.results.items() if r.passed} == {
+        c.value for c in ALL_CAPABILITIES
+    }
 
 
 async def test_conformance_async(aclient: Any) -> None:

@@ -1,0 +1,119 @@
+"""How an item is stored: one document per (namespace, key), and its indexes.
+
+``{namespace, ns, prefixes, key, value, created_at, updated_at,
+expires_at?, ttl_minutes?, embeddings?: [{path, vector}], embedding?}``:
+``value`` is the item's value as a BSON document (so filters run in the
+server), ``expires_at`` and the TTL it came from exist only for expiring items,
+``embeddings`` holds one unit vector per indexed field and ``embedding`` their
+mean, written only when Atlas Vector Search is in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pymongo import (
+    ASCENDING,
+    DESCENDING,
+    DeleteMany,
+    DeleteOne,
+    IndexModel,
+    UpdateMany,
+    UpdateOne,
+)
+
+from store.namespaces import joined, prefixes
+from store.vectors import mean
+
+OPTIONAL_FIELDS = ("expires_at", "ttl_minutes", "embeddings", "embedding")
+NO_VECTORS = {"embeddings": 0, "embedding": 0}
+RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
+
+
+def index_models() -> list[IndexModel]:
+    return [
+        IndexModel([("ns", ASCENDING), ("key", ASCENDING)], unique=True, name="namespace_key"),
+        # Prefix searches, newest first; also serves list_namespaces prefix matching.
+        IndexModel([("prefixes", ASCENDING), *RECENT_FIRST], name="prefix_recency"),
+        # The server's TTL monitor deletes expired items (about once a minute).
+        IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_at"),
+    ]
+
+
+def utc_now() -> datetime:
+    """Now, at the millisecond precision BSON keeps, so stored and returned times agree."""
+    now = datetime.now(timezone.utc)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def expiry(now: datetime, ttl_minutes: float) -> datetime:
+    return now + timedelta(minutes=ttl_minutes)
+
+
+def live(now: datetime) -> dict[str, Any]:
+    """Items that have not expired (no ``expires_at``, or one in the future)."""
+    return {"expires_at": {"$not": {"$lte": now}}}
+
+
+def expired(now: datetime) -> dict[str, Any]:
+    return {"expires_at": {"$lte": now}}
+
+
+def selector(namespace: Sequence[str], key: str) -> dict[str, str]:
+    return {"ns": joined(namespace), "key": key}
+
+
+def put_request(
+    namespace: tuple[str, ...],
+    key: str,
+    value: Mapping[str, Any],
+    ttl_minutes: float | None,
+    vectors: Sequence[tuple[str, list[float]]],
+    with_mean: bool,
+    now: datetime,
+) -> UpdateOne:
+    """Upsert an item: ``created_at`` survives an overwrite, ``updated_at`` moves."""
+    fields: dict[str, Any] = {
+        "namespace": list(namespace),
+        "prefixes": prefixes(namespace),
+        "value": dict(value),
+        "updated_at": now,
+    }
+    if ttl_minutes is not None:
+        fields["expires_at"] = expiry(now, ttl_minutes)
+        fields["ttl_minutes"] = ttl_minutes
+    if vectors:
+        fields["embeddings"] = [{"path": label, "vector": v} for label, v in vectors]
+        if with_mean:
+            fields["embedding"] = mean([v for _, v in vectors])
+    update: dict[str, Any] = {"$set": fields, "$setOnInsert": {"created_at": now}}
+    stale = {name: "" for name in OPTIONAL_FIELDS if name not in fields}
+    if stale:
+        update["$unset"] = stale
+    return UpdateOne(selector(namespace, key), update, upsert=True)
+
+
+def clear_expired_request(
+    items: Sequence[tuple[tuple[str, ...], str]], now: datetime
+) -> DeleteMany:
+    """Delete those of ``items`` that expired but are still stored (the TTL monitor has not
+    run yet), so putting them again makes new items with a fresh ``created_at``."""
+    return DeleteMany({"$or": [selector(ns, key) for ns, key in items], **expired(now)})
+
+
+def delete_request(namespace: tuple[str, ...], key: str) -> DeleteOne:
+    return DeleteOne(selector(namespace, key))
+
+
+def refresh_requests(docs: Iterable[Mapping[str, Any]], now: datetime) -> list[UpdateMany]:
+    """Move the expiry of items just read to ``now`` + their own TTL (one update per TTL)."""
+    by_ttl: dict[float, list[Any]] = {}
+    for doc in docs:
+        if doc.get("ttl_minutes") is not None:
+            by_ttl.setdefault(doc["ttl_minutes"], []).append(doc["_id"])
+    return [
+        UpdateMany({"_id": {"$in": ids}, **live(now)}, {"$set": {"expires_at": expiry(now, ttl)}})
+        for ttl, ids in by_ttl.items()
+    ]

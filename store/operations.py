@@ -1,0 +1,239 @@
+"""The store's operations, written once for the sync and the async store.
+
+A batch runs in three steps. ``plan`` validates every op and groups them
+(nothing has touched the database if it raises); the caller then embeds the
+texts the plan asks for (sync or async); ``execute`` is the I/O as a
+``calls.Operation``: one ``find`` for all gets, one call per search and per
+namespace listing, then one ordered ``bulk_write`` for every TTL refresh and
+put. Reads see the state before the batch's writes, as in ``InMemoryStore``;
+of several puts to one item the last wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    GetOp,
+    IndexConfig,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchOp,
+)
+
+from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.identifiers import check_literal, coerce_id
+from store import documents, reading
+from store.filters import value_clauses
+from store.namespaces import ItemKey, check_namespace, key_for, prefix_query
+from store.reading import key_of
+from store.vectors import (
+    SEARCH_INDEX_NAME,
+    Embedded,
+    EmbeddingRequest,
+    Path,
+    field_texts,
+    index_paths,
+    ranked,
+    search_index_model,
+    vector_search_stage,
+)
+
+STORE = "store"
+
+
+@dataclass
+class Plan:
+    """A validated batch: each op's position in the results, grouped by kind."""
+
+    size: int
+    gets: dict[ItemKey, list[tuple[int, bool]]] = field(default_factory=dict)
+    searches: list[tuple[int, SearchOp, list[dict[str, Any]]]] = field(default_factory=list)
+    listings: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
+    puts: dict[ItemKey, PutOp] = field(default_factory=dict)
+    embedding: EmbeddingRequest = field(default_factory=EmbeddingRequest)
+
+
+class StoreOperations:
+    """Builds each store operation as a ``calls.Operation``."""
+
+    def __init__(self, index: IndexConfig | None) -> None:
+        self.index = index
+        self.paths: list[Path] = index_paths(index.get("fields")) if index else []
+        # None until setup has asked the server; True where $vectorSearch is available.
+        self.vector_search: bool | None = None
+
+    # -- setup ----------------------------------------------------------------
+
+    def create_indexes(self) -> Operation:
+        yield Call(STORE, "create_indexes", (documents.index_models(),))
+
+    def ensure_search_index(self) -> Operation:
+        """Create the vector index unless it exists; raises where there is no Atlas Search."""
+        assert self.index
+        pipeline = [{"$listSearchIndexes": {"name": SEARCH_INDEX_NAME}}]
+        if not (yield Call(STORE, "aggregate", (pipeline,))):
+            yield Call(STORE, "create_search_index", (search_index_model(self.index["dims"]),))
+        return True
+
+    def sweep_ttl(self) -> Operation:
+        result = yield Call(STORE, "delete_many", (documents.expired(documents.utc_now()),))
+        return result.deleted_count
+
+    # -- batch ----------------------------------------------------------------
+
+    def plan(self, ops: Iterable[Op]) -> Plan:
+        """Validate and group ``ops``; raises before any I/O on bad input."""
+        ops = list(ops)
+        plan = Plan(len(ops))
+        for i, op in enumerate(ops):
+            check_namespace(op)
+            if isinstance(op, GetOp):
+                key = key_for(op.namespace, coerce_id(op.key, "key"))
+                plan.gets.setdefault(key, []).append((i, op.refresh_ttl))
+            elif isinstance(op, SearchOp):
+                _check_page(op.limit, op.offset)
+                plan.searches.append((i, op, value_clauses(op.filter)))
+                if op.query and self.index:
+                    plan.embedding.add_query(op.query)
+            elif isinstance(op, ListNamespacesOp):
+                _check_page(op.limit, op.offset)
+                if op.max_depth is not None and op.max_depth < 1:
+                    raise ValueError(f"max_depth must be at least 1, got {op.max_depth}")
+                plan.listings.append((i, op))
+            else:
+                self._plan_put(plan, op)
+        for key, op in plan.puts.items():
+            if op.value is not None and op.index is not False and self.index:
+                paths = self.paths if op.index is None else index_paths(op.index)
+                plan.embedding.add_item(key, field_texts(op.value, paths))
+        return plan
+
+    def _plan_put(self, plan: Plan, op: PutOp) -> None:
+        key = coerce_id(op.key, "key")
+        if op.value is not None:
+            if not isinstance(op.value, Mapping):
+                raise TypeError(f"value must be a dict, got {type(op.value).__name__}")
+            check_literal(op.value, "value")
+            _check_ttl(op.ttl)
+        if op.index not in (None, False) and (
+            isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
+        ):
+            raise TypeError(f"index must be False, None or a list of field paths, got {op.index!r}")
+        item = key_for(op.namespace, key)
+        plan.puts.pop(item, None)  # the last put wins, in its own position
+        plan.puts[item] = op._replace(key=key, namespace=tuple(op.namespace))
+
+    def execute(self, plan: Plan, embedded: Embedded) -> Operation:
+        now = documents.utc_now()
+        results: list[Result] = [None] * plan.size
+        read: list[Mapping[str, Any]] = []  # documents whose TTL the read refreshes
+        if plan.gets:
+            docs = yield Call(
+                STORE,
+                "find",
+                (reading.get_query(plan.gets, now),),
+                {"projection": documents.NO_VECTORS},
+            )
+            found = {key_of(doc): doc for doc in docs}
+            for key, positions in plan.gets.items():
+                doc = found.get(key)
+                for i, refresh in positions:
+                    results[i] = reading.item(doc) if doc else None
+                    if doc and refresh:
+                        read.append(doc)
+        for i, op, clauses in plan.searches:
+            page = yield from self._search(op, clauses, embedded, now)
+            results[i] = [reading.search_item(doc, score) for score, doc in page]
+            if op.refresh_ttl:
+                read.extend(doc for _, doc in page)
+        for i, op in plan.listings:
+            docs = (
+                (yield Call(STORE, "aggregate", (reading.namespaces_pipeline(op, now),)))
+                if op.limit
+                else []
+            )
+            results[i] = reading.namespaces(docs)
+        writes = self._writes(plan, embedded, read, now)
+        if writes:
+            yield Call(STORE, "bulk_write", (writes,), {"ordered": True})
+        return results
+
+    def _search(
+        self, op: SearchOp, clauses: list[dict[str, Any]], embedded: Embedded, now: datetime
+    ) -> Operation:
+        """``[(score, document)]`` of one search page."""
+        if not op.limit:
+            return []
+        if not (op.query and self.index):
+            docs = yield Call(
+                STORE,
+                "find",
+                (reading.search_query(op.namespace_prefix, clauses, now),),
+                {
+                    "projection": documents.NO_VECTORS,
+                    "sort": documents.RECENT_FIRST,
+                    "skip": op.offset,
+                    "limit": op.limit,
+                },
+            )
+            return [(None, doc) for doc in docs]
+        query = embedded.queries[op.query]
+        if self.vector_search:
+            prefix = prefix_query(op.namespace_prefix)
+            pipeline = [
+                vector_search_stage(query, prefix, op.offset + op.limit),
+                {"$match": reading.search_query((), clauses, now)},
+                {"$project": {"embedding": 0}},
+            ]
+            docs = yield Call(STORE, "aggregate", (pipeline,))
+        else:
+            query_doc = reading.search_query(op.namespace_prefix, clauses, now)
+            docs = yield Call(STORE, "find", (query_doc,), {"projection": {"embedding": 0}})
+        return ranked(query, docs)[op.offset : op.offset + op.limit]
+
+    def _writes(
+        self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
+    ) -> list[Any]:
+        """Deletes first, then updates: an ordered bulk write sends each run of one kind
+        as one command, so this is at most two round trips."""
+        upserts = [op for op in plan.puts.values() if op.value is not None]
+        deletes: list[Any] = [
+            documents.delete_request(op.namespace, op.key)
+            for op in plan.puts.values()
+            if op.value is None
+        ]
+        if upserts:
+            items = [(op.namespace, op.key) for op in upserts]
+            deletes.insert(0, documents.clear_expired_request(items, now))
+        updates = [
+            documents.put_request(
+                op.namespace,
+                op.key,
+                op.value,
+                op.ttl,
+                embedded.items.get(key_for(op.namespace, op.key), ()),
+                bool(self.vector_search),
+                now,
+            )
+            for op in upserts
+        ]
+        return [*deletes, *documents.refresh_requests(read, now), *updates]
+
+
+def _check_page(limit: Any, offset: Any) -> None:
+    for name, number in (("limit", limit), ("offset", offset)):
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
+
+
+def _check_ttl(ttl: Any) -> None:
+    if ttl is None:
+        return
+    if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0:
+        raise ValueError(f"ttl must be a positive number of minutes or None, got {ttl!r}")

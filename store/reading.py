@@ -1,0 +1,85 @@
+"""How items and namespaces are read back: the queries, and documents into results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph.store.base import Item, ListNamespacesOp, SearchItem
+
+from store.documents import live
+from store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
+
+
+def all_of(clauses: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One query requiring every clause (merged when their fields do not overlap)."""
+    merged: dict[str, Any] = {}
+    rest: list[Mapping[str, Any]] = []
+    for clause in clauses:
+        if merged.keys() & clause.keys():
+            rest.append(clause)
+        else:
+            merged.update(clause)
+    return {**merged, "$and": rest} if rest else merged
+
+
+def get_query(keys: Iterable[ItemKey], now: datetime) -> dict[str, Any]:
+    """The live items among ``(joined namespace, key)`` pairs: one query for a whole batch."""
+    return {"$or": [{"ns": ns, "key": key} for ns, key in keys], **live(now)}
+
+
+def search_query(
+    namespace_prefix: Sequence[str], value_clauses: Sequence[Mapping[str, Any]], now: datetime
+) -> dict[str, Any]:
+    return all_of([prefix_query(namespace_prefix), live(now), *value_clauses])
+
+
+def namespaces_pipeline(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
+    """Distinct namespaces of live items, truncated to ``max_depth``, sorted like tuples."""
+    query = all_of([live(now), *match_clauses(op.match_conditions or ())])
+    pipeline: list[dict[str, Any]] = [
+        {"$match": query},
+        {"$group": {"_id": depth_key(op.max_depth)}},
+        {"$sort": {"_id": 1}},
+    ]
+    if op.offset:
+        pipeline.append({"$skip": op.offset})
+    pipeline.append({"$limit": op.limit})
+    return pipeline
+
+
+def namespaces(docs: Iterable[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    return [split(doc["_id"]) for doc in docs]
+
+
+def key_of(doc: Mapping[str, Any]) -> ItemKey:
+    return doc["ns"], doc["key"]
+
+
+def item(doc: Mapping[str, Any]) -> Item:
+    return Item(
+        value=doc["value"],
+        key=doc["key"],
+        namespace=tuple(doc["namespace"]),
+        created_at=_utc(doc["created_at"]),
+        updated_at=_utc(doc["updated_at"]),
+    )
+
+
+def search_item(doc: Mapping[str, Any], score: float | None = None) -> SearchItem:
+    return SearchItem(
+        namespace=tuple(doc["namespace"]),
+        key=doc["key"],
+        value=doc["value"],
+        created_at=_utc(doc["created_at"]),
+        updated_at=_utc(doc["updated_at"]),
+        score=score,
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    # Drivers return naive UTC datetimes unless the client was made tz_aware.
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)

@@ -1,0 +1,48 @@
+"""``MongoDBStore``: the long-term memory store on a synchronous MongoDB client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pymongo import MongoClient
+
+from mongo_ckpt.base import DEFAULT_DB_NAME
+from mongo_ckpt.calls import Operation
+from mongo_ckpt.client import run
+from mongo_ckpt.saver import MongoDBSaver
+from store.base import MongoStoreBase
+
+
+class MongoDBStore(MongoStoreBase):
+    """LangGraph ``BaseStore`` on ``pymongo.MongoClient`` (or mongomock).
+
+    The async methods run the I/O in a worker thread.
+
+    Example:
+        >>> store = MongoDBStore(MongoClient(uri), index={"dims": 1536, "embed": embed})
+        >>> store.put(("users", "42"), "prefs", {"theme": "dark"})
+        >>> store.search(("users",), query="colour scheme")
+    """
+
+    _saver_type = MongoDBSaver
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, **kwargs: Any
+    ) -> Iterator[MongoDBStore]:
+        """A store on a new client that is closed when the context exits."""
+        client: MongoClient = MongoClient(conn_string)
+        try:
+            yield cls(client, db_name, **kwargs)
+        finally:
+            client.close()
+
+    def _run_op(self, operation: Operation) -> Any:
+        return run(self.collections, operation)
+
+    async def _arun_op(self, operation: Operation) -> Any:
+        return await asyncio.to_thread(self._run_op, operation)

@@ -1,0 +1,107 @@
+"""Random op sequences give the same answers as LangGraph's ``InMemoryStore``."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import mongomock
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.store.memory import InMemoryStore
+from pymongo import MongoClient
+
+from store import MongoDBStore
+from tests.backends import wire_uri
+
+LABELS = st.sampled_from(["a", "b", "a-b", "c c", "é"])
+NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
+KEYS = st.sampled_from(["k1", "k2", "k3"])
+VALUES = st.fixed_dictionaries(
+    {"n": st.integers(-3, 3), "c": st.sampled_from(["red", "blue"])},
+    optional={"tag": st.sampled_from(["x", "y"]), "sub": st.fixed_dictionaries({"m": LABELS})},
+)
+FILTERS = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({"c": st.sampled_from(["red", "blue"])}),
+    st.builds(lambda op, n: {"n": {op: n}},
+              st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]), st.integers(-3, 3)),
+    st.fixed_dictionaries({"sub": st.fixed_dictionaries({"m": LABELS})}),
+)
+PATHS = st.lists(st.one_of(LABELS, st.just("*")), min_size=1, max_size=3).map(tuple)
+
+OPS = st.one_of(
+    st.tuples(st.just("put"), NAMESPACES, KEYS, VALUES),
+    st.tuples(st.just("delete"), NAMESPACES, KEYS),
+    st.tuples(st.just("get"), NAMESPACES, KEYS),
+    st.tuples(st.just("search"), st.lists(LABELS, max_size=2).map(tuple), FILTERS),
+    st.tuples(
+        st.just("list"),
+        st.one_of(st.none(), PATHS),
+        st.one_of(st.none(), PATHS),
+        st.one_of(st.none(), st.integers(1, 3)),
+        st.integers(0, 4),
+        st.integers(0, 2),
+    ),
+)
+
+
+def _apply(store: Any, op: tuple) -> Any:
+    kind, *args = op
+    if kind == "put":
+        return store.put(*args)
+    if kind == "delete":
+        return store.delete(*args)
+    if kind == "get":
+        item = store.get(*args)
+        return item and (item.namespace, item.key, item.value)
+    if kind == "search":
+        prefix, filter = args
+        found = store.search(prefix, filter=filter, limit=100)
+        return sorted((i.namespace, i.key, repr(i.value)) for i in found)
+    prefix, suffix, max_depth, limit, offset = args
+    return store.list_namespaces(
+        prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset
+    )
+
+
+def _check(store: MongoDBStore, ops: list[tuple]) -> None:
+    memory = InMemoryStore()
+    for op in ops:
+        reference = _without_empty_namespaces(memory) if op[0] == "list" else memory
+        assert _apply(store, op) == _apply(reference, op), op
+
+
+def _without_empty_namespaces(memory: InMemoryStore) -> InMemoryStore:
+    """InMemoryStore also lists namespaces that were only read from or emptied by deletes;
+    a namespace exists while it holds an item, so compare with a copy holding just those."""
+    copy = InMemoryStore()
+    for namespace, items in memory._data.items():
+        for key, item in items.items():
+            copy.put(namespace, key, item.value)
+    return copy
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, max_size=25))
+def test_same_answers_as_in_memory_store_on_mongomock(ops: list[tuple]) -> None:
+    _check(MongoDBStore(mongomock.MongoClient(), "differential"), ops)
+
+
+@pytest.fixture(scope="module")
+def wire_client() -> Any:
+    client: MongoClient = MongoClient(wire_uri(), directConnection=True)
+    yield client
+    client.close()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OPS, max_size=25))
+def test_same_answers_as_in_memory_store_over_the_wire(wire_client: Any, ops: list[tuple]) -> None:
+    db = f"t_diff_{uuid.uuid4().hex[:8]}"
+    try:
+        _check(MongoDBStore(wire_client, db), ops)
+    finally:
+        wire_client.drop_database(db)

@@ -1,0 +1,184 @@
+"""TTL in minutes: per item, default, refresh on read, invisible once expired, swept."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from langgraph.store.base import GetOp, SearchOp
+
+from store.documents import index_models
+
+pytest_plugins = ["tests.test_store_support"]
+
+
+async def _await(result: Any) -> Any:
+    return await result if hasattr(result, "__await__") else result
+
+
+async def _doc(store: Any, key: str) -> dict[str, Any] | None:
+    return await _await(store.collections["store"].find_one({"key": key}))
+
+
+async def _expire_in(store: Any, key: str, seconds: float) -> None:
+    """Move an item's expiry (into the past for a negative ``seconds``)."""
+    moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    update = {"$set": {"expires_at": moment}}
+    await _await(store.collections["store"].update_one({"key": key}, update))
+
+
+async def _expire(store: Any, key: str) -> None:
+    await _expire_in(store, key, -1)
+
+
+async def _no_ttl_monitor(store: Any) -> Any:
+    """Set the store up, then drop its TTL index: expired items stay stored, as they do for
+    up to a minute on MongoDB (mongomock and SecantusDB would delete them at once)."""
+    await store.asetup()
+    await _await(store.collections["store"].drop_index("expires_at"))
+    return store
+
+
+def _minutes_left(doc: dict[str, Any]) -> float:
+    expires = doc["expires_at"].replace(tzinfo=timezone.utc)
+    return (expires - datetime.now(timezone.utc)).total_seconds() / 60
+
+
+async def test_per_item_ttl_and_never(make_astore: Any) -> None:
+    store = make_astore()
+    await store.aput(("t",), "short", {"v": 1}, ttl=5)
+    await store.aput(("t",), "forever", {"v": 1}, ttl=None)
+    await store.aput(("t",), "default", {"v": 1})  # no TTLConfig: no expiry
+    short = await _doc(store, "short")
+    assert short["ttl_minutes"] == 5
+    assert 4.9 < _minutes_left(short) <= 5
+    for key in ("forever", "default"):
+        doc = await _doc(store, key)
+        assert "expires_at" not in doc and "ttl_minutes" not in doc
+
+
+async def test_default_ttl_and_explicit_none(make_astore: Any) -> None:
+    store = make_astore(ttl={"default_ttl": 30})
+    await store.aput(("t",), "default", {"v": 1})
+    await store.aput(("t",), "never", {"v": 1}, ttl=None)
+    await store.aput(("t",), "own", {"v": 1}, ttl=1.5)
+    assert 29.9 < _minutes_left(await _doc(store, "default")) <= 30
+    assert "expires_at" not in await _doc(store, "never")
+    assert 1.4 < _minutes_left(await _doc(store, "own")) <= 1.5
+    # overwriting without a TTL removes the expiry
+    await store.aput(("t",), "own", {"v": 2}, ttl=None)
+    assert "expires_at" not in await _doc(store, "own")
+
+
+async def test_expired_items_are_invisible_at_once(make_astore: Any) -> None:
+    store = await _no_ttl_monitor(make_astore())
+    await store.aput(("t", "a"), "gone", {"v": 1}, ttl=60)
+    await store.aput(("t", "b"), "kept", {"v": 2}, ttl=60)
+    await _expire(store, "gone")
+    assert await _doc(store, "gone") is not None  # still stored: the TTL monitor has not run
+    assert await store.aget(("t", "a"), "gone") is None
+    assert [i.key for i in await store.asearch(("t",))] == ["kept"]
+    assert await store.alist_namespaces() == [("t", "b")]
+
+
+async def test_reput_of_an_expired_item_is_a_new_item(make_astore: Any) -> None:
+    store = await _no_ttl_monitor(make_astore())
+    await store.aput(("t",), "k", {"v": 1}, ttl=60)
+    first = await store.aget(("t",), "k")
+    await _expire(store, "k")
+    await store.aput(("t",), "k", {"v": 2})
+    second = await store.aget(("t",), "k")
+    assert second.value == {"v": 2}
+    assert second.created_at >= first.created_at
+    assert second.created_at == second.updated_at
+
+
+async def test_refresh_on_read_for_get_and_search(make_astore: Any) -> None:
+    store = make_astore(ttl={"default_ttl": 10, "refresh_on_read": True})
+    for key in ("got", "searched", "untouched", "no-refresh"):
+        await store.aput(("t", key), key, {"v": key})
+    for key in ("got", "searched", "untouched", "no-refresh"):
+        await _expire_in(store, key, 60)
+    before = (await _doc(store, "got"))["updated_at"]
+
+    assert (await store.aget(("t", "got"), "got")).value == {"v": "got"}
+    assert [i.key for i in await store.asearch(("t", "searched"))] == ["searched"]
+    await store.aget(("t", "no-refresh"), "no-refresh", refresh_ttl=False)
+    await store.asearch(("t", "no-refresh"), refresh_ttl=False)
+
+    assert 9.9 < _minutes_left(await _doc(store, "got")) <= 10
+    assert 9.9 < _minutes_left(await _doc(store, "searched")) <= 10
+    assert _minutes_left(await _doc(store, "untouched")) < 1.01
+    assert _minutes_left(await _doc(store, "no-refresh")) < 1.01
+    assert (await _doc(store, "got"))["updated_at"] == before  # reading is not an update
+
+
+async def test_refresh_on_read_false_by_config(make_astore: Any) -> None:
+    store = make_astore(ttl={"default_ttl": 10, "refresh_on_read": False})
+    await store.aput(("t",), "k", {"v": 1})
+    await _expire_in(store, "k", 60)
+    await store.aget(("t",), "k")
+    await store.asearch(("t",))
+    assert _minutes_left(await _doc(store, "k")) < 1.01
+    # an explicit per-op flag still wins
+    await store.abatch([GetOp(("t",), "k", refresh_ttl=True)])
+    assert _minutes_left(await _doc(store, "k")) > 9.9
+    await _expire_in(store, "k", 60)
+    await store.abatch([SearchOp(("t",), refresh_ttl=True)])
+    assert _minutes_left(await _doc(store, "k")) > 9.9
+
+
+async def test_sweep_ttl_deletes_only_expired(make_astore: Any) -> None:
+    store = await _no_ttl_monitor(make_astore())
+    await store.aput(("t",), "gone", {"v": 1}, ttl=60)
+    await store.aput(("t",), "later", {"v": 1}, ttl=60)
+    await store.aput(("t",), "never", {"v": 1})
+    await _expire(store, "gone")
+    assert await store.asweep_ttl() == 1
+    assert await _doc(store, "gone") is None
+    assert await _doc(store, "later") is not None and await _doc(store, "never") is not None
+    assert await store.asweep_ttl() == 0
+
+
+def test_sync_sweep_and_ttl(make_store: Any) -> None:
+    store = make_store(ttl={"default_ttl": 1})
+    store.setup()
+    store.collections["store"].drop_index("expires_at")
+    store.put(("t",), "k", {"v": 1})
+    store.put(("t",), "n", {"v": 1}, ttl=None)
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)
+    store.collections["store"].update_one({"key": "k"}, {"$set": {"expires_at": past}})
+    assert store.get(("t",), "k") is None
+    assert store.sweep_ttl() == 1
+    assert store.get(("t",), "n") is not None
+
+
+async def test_ttl_index_lets_the_server_delete(make_astore: Any, request: Any) -> None:
+    store = make_astore()
+    await store.aput(("t",), "gone", {"v": 1}, ttl=60)
+    info = await _await(store.collections["store"].index_information())
+    assert list(info["expires_at"]["key"]) == [("expires_at", 1)]
+    assert info["expires_at"]["expireAfterSeconds"] == 0
+    assert [m.document["name"] for m in index_models()] == [
+        "namespace_key", "prefix_recency", "expires_at"
+    ]
+    if request.node.callspec.params["aclient"][0] == "mongodb":
+        return  # MongoDB's TTL monitor runs once a minute: too slow to wait for here
+    await _expire(store, "gone")
+    for _ in range(50):  # mongomock deletes on the next read, SecantusDB within a second
+        if await _doc(store, "gone") is None:
+            break
+        await asyncio.sleep(0.1)
+    assert await _doc(store, "gone") is None
+
+
+async def test_bad_ttl_config_is_refused(make_astore: Any) -> None:
+    with pytest.raises(ValueError, match="default_ttl"):
+        make_astore(ttl={"default_ttl": 0})
+    store = make_astore()
+    for bad in (0, -5, "10", True):
+        with pytest.raises(ValueError, match="ttl"):
+            await store.aput(("t",), "k", {"v": 1}, ttl=bad)
+    assert await store.asearch(()) == []
