@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.layout import Layout
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES, CheckpointOperations
+from mongo_ckpt.operations import CheckpointOperations
 
 DEFAULT_DB_NAME = "checkpointing_db"
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
@@ -80,9 +80,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         else:
             self.filterable_metadata_keys = None
         self.collections: dict[str, Any] = {
-            CHECKPOINTS: self.db[self.layout.checkpoints],
-            BLOBS: self.db[self.layout.blobs],
-            WRITES: self.db[self.layout.writes],
+            logical: self.db[name] for logical, name in self.layout.by_logical().items()
         }
         self._is_setup = False
 

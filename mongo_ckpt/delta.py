@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from mongo_ckpt.layout import BLOB_KEY, WRITE_KEY
+from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, WRITE_KEY, WRITES
 from mongo_ckpt.payload import join
 
 # LangGraph snapshots every delta channel at least this often (same variable and default).
@@ -122,7 +122,7 @@ def history_pipeline(
         {"$limit": 1},
         {
             "$graphLookup": {
-                "from": collections["checkpoints"],
+                "from": collections[CHECKPOINTS],
                 "startWith": "$parent_checkpoint_id",
                 "connectFromField": "parent_checkpoint_id",
                 "connectToField": "checkpoint_id",
@@ -200,7 +200,7 @@ def history_pipeline(
         },
         {
             "$lookup": {
-                "from": collections["writes"],
+                "from": collections[WRITES],
                 "localField": "id",
                 "foreignField": "checkpoint_id",
                 "as": "w",
@@ -209,7 +209,7 @@ def history_pipeline(
         {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
         {
             "$lookup": {
-                "from": collections["blobs"],
+                "from": collections[BLOBS],
                 "localField": "version",
                 "foreignField": "version",
                 "as": "b",

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from pymongo import ASCENDING, IndexModel
 
+CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -15,8 +17,9 @@ class Layout:
     blobs: str = "checkpoint_blobs"
     writes: str = "checkpoint_writes"
 
-    def names(self) -> tuple[str, str, str]:
-        return (self.checkpoints, self.blobs, self.writes)
+    def by_logical(self) -> dict[str, str]:
+        """Collection name per logical name (the keys of ``saver.collections``)."""
+        return {CHECKPOINTS: self.checkpoints, BLOBS: self.blobs, WRITES: self.writes}
 
 
 CHECKPOINT_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")

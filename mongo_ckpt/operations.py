@@ -20,7 +20,16 @@ from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
 from mongo_ckpt.documents import blob_requests, checkpoint_document, write_requests
 from mongo_ckpt.identifiers import coerce_id, coerce_ids, thread_key
-from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY, Layout, index_models
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINT_KEY,
+    CHECKPOINTS,
+    WRITE_KEY,
+    WRITES,
+    Layout,
+    index_models,
+)
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
@@ -35,7 +44,6 @@ from mongo_ckpt.reading import (
     writes_query,
 )
 
-CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
@@ -64,7 +72,7 @@ class CheckpointOperations:
 
     def setup(self) -> Operation:
         models = index_models(self.layout)
-        for logical, name in zip((CHECKPOINTS, BLOBS, WRITES), self.layout.names()):
+        for logical, name in self.layout.by_logical().items():
             yield Call(logical, "create_indexes", (models[name],))
 
     def get_tuple(self, config: RunnableConfig) -> Operation:
@@ -81,13 +89,8 @@ class CheckpointOperations:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
-        names = {
-            CHECKPOINTS: self.layout.checkpoints,
-            BLOBS: self.layout.blobs,
-            WRITES: self.layout.writes,
-        }
         pipeline = history_pipeline(
-            names,
+            self.layout.by_logical(),
             checkpoint_query(thread_id, checkpoint_ns, checkpoint_id),
             thread_id,
             checkpoint_ns,

@@ -83,7 +83,7 @@ class Api:
     # -- raw collections --------------------------------------------------------
 
     def raw(self, logical: str) -> Any:
-        names = dict(zip(LOGICAL, self.saver.layout.names()))
+        names = self.saver.layout.by_logical()
         return self.saver.db[names[logical]]
 
     async def docs(self, logical: str, query: dict[str, Any] | None = None) -> list[dict]:
