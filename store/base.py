@@ -6,6 +6,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, ensure_embeddings
 from pymongo.errors import OperationFailure
 from typing_extensions import Self
@@ -39,23 +41,36 @@ class MongoStoreBase(BaseStore):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         exact_search: bool = False,
+        serde: SerializerProtocol | None = None,
     ) -> None:
         """``index``: semantic search (``IndexConfig``); ``ttl``: expiry (``TTLConfig``, minutes).
 
         ``exact_search=True`` ranks every candidate exactly even where Atlas Vector Search
         exists: no search index, and new items are searchable at once (``$vectorSearch``
         sees them only when its index has caught up).
+
+        ``serde`` (e.g. ``EncryptedSerializer``): values are stored as ``serde`` serializes
+        them instead of as BSON documents, and search filters run in Python on the values
+        read back (same operators and results).
         """
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
         if ttl and ttl.get("default_ttl") is not None and not ttl["default_ttl"] > 0:
             raise ValueError(f"default_ttl must be a positive number of minutes or None, got {ttl}")
+        if serde is not None and not all(
+            callable(getattr(serde, name, None)) for name in ("dumps_typed", "loads_typed")
+        ):
+            raise TypeError(
+                f"serde must have dumps_typed and loads_typed (a SerializerProtocol such as "
+                f"EncryptedSerializer), got {type(serde).__name__}"
+            )
         self.client = client
         self.db = client[db_name]
         self.index_config = index
         self.ttl_config = ttl
         self.embeddings = ensure_embeddings(index.get("embed")) if index else None
-        self.ops = StoreOperations(index)
+        self.serde = serde
+        self.ops = StoreOperations(index, serde)
         if exact_search:
             self.ops.vector_search = False
         self.collections: dict[str, Any] = {STORE: self.db[collection_name]}
@@ -64,10 +79,13 @@ class MongoStoreBase(BaseStore):
     @classmethod
     def from_saver(cls, saver: Any, **kwargs: Any) -> Self:
         """A store on the checkpointer's client and database (``collection_name``, ``index``,
-        ``ttl`` as in the constructor)::
+        ``ttl``, ``exact_search``, ``serde`` as in the constructor)::
 
             store = AsyncMongoDBStore.from_saver(saver)
             graph = builder.compile(checkpointer=saver, store=store)
+
+        When the saver's serde is an ``EncryptedSerializer`` the store uses it too, so its
+        values are encrypted with the same key (``serde=None`` keeps them plain BSON).
         """
         if not isinstance(saver, cls._saver_type):
             raise TypeError(
@@ -75,6 +93,8 @@ class MongoStoreBase(BaseStore):
                 f"{type(saver).__name__}: pair the sync store with the sync saver and "
                 "the async store with the async saver"
             )
+        if isinstance(saver.serde, EncryptedSerializer):
+            kwargs.setdefault("serde", saver.serde)
         return cls(saver.client, saver.db.name, **kwargs)
 
     # -- drivers, supplied by the subclasses ---------------------------------

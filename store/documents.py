@@ -1,9 +1,11 @@
 """How an item is stored: one document per (namespace, key), and its indexes.
 
-``{namespace, ns, prefixes, key, value, created_at, updated_at,
+``{namespace, ns, prefixes, key, value | value_typed, created_at, updated_at,
 expires_at?, ttl_minutes?, embeddings?: [{path, vector}], embedding?}``:
 ``value`` is the item's value as a BSON document (so filters run in the
-server), ``expires_at`` and the TTL it came from exist only for expiring items,
+server); a store with a ``serde`` keeps only ``value_typed``, the value as
+``serde.dumps_typed`` writes it (encrypted with ``EncryptedSerializer``).
+``expires_at`` and the TTL it came from exist only for expiring items,
 ``embeddings`` holds one unit vector per indexed field and ``embedding`` their
 mean, written only when Atlas Vector Search is in use.
 """
@@ -14,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bson import Binary
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import (
     ASCENDING,
     DESCENDING,
@@ -27,7 +31,8 @@ from pymongo import (
 from store.namespaces import joined, prefixes
 from store.vectors import mean
 
-OPTIONAL_FIELDS = ("expires_at", "ttl_minutes", "embeddings", "embedding")
+# Unset when an overwrite does not write them (a store may switch to or from a serde).
+OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
 NO_VECTORS = {"embeddings": 0, "embedding": 0}
 RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
 
@@ -72,15 +77,20 @@ def put_request(
     ttl_minutes: float | None,
     vectors: Sequence[tuple[str, list[float]]],
     with_mean: bool,
+    serde: SerializerProtocol | None,
     now: datetime,
 ) -> UpdateOne:
     """Upsert an item: ``created_at`` survives an overwrite, ``updated_at`` moves."""
     fields: dict[str, Any] = {
         "namespace": list(namespace),
         "prefixes": prefixes(namespace),
-        "value": dict(value),
         "updated_at": now,
     }
+    if serde is None:
+        fields["value"] = dict(value)
+    else:
+        type_, data = serde.dumps_typed(value)
+        fields["value_typed"] = {"type": type_, "data": Binary(data)}
     if ttl_minutes is not None:
         fields["expires_at"] = expiry(now, ttl_minutes)
         fields["ttl_minutes"] = ttl_minutes

@@ -7,6 +7,11 @@ texts the plan asks for (sync or async); ``execute`` is the I/O as a
 namespace listing, then one ordered ``bulk_write`` for every TTL refresh and
 put. Reads see the state before the batch's writes, as in ``InMemoryStore``;
 of several puts to one item the last wins.
+
+With a ``serde`` the values are stored serialized (encrypted with
+``EncryptedSerializer``), so the server narrows a search by namespace and
+expiry only, and the value filter runs here on the values it returns, before
+the page is cut; the calls per batch stay the same.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import (
     GetOp,
     IndexConfig,
@@ -26,10 +32,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.identifiers import check_literal, coerce_id
 from store import documents, reading
-from store.filters import value_clauses
+from store.filters import matches, value_clauses
 from store.namespaces import ItemKey, check_namespace, key_for, prefix_query
 from store.reading import key_of
 from store.vectors import (
@@ -45,6 +51,7 @@ from store.vectors import (
 )
 
 STORE = "store"
+MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python
 
 
 @dataclass
@@ -62,8 +69,11 @@ class Plan:
 class StoreOperations:
     """Builds each store operation as a ``calls.Operation``."""
 
-    def __init__(self, index: IndexConfig | None) -> None:
+    def __init__(
+        self, index: IndexConfig | None, serde: SerializerProtocol | None = None
+    ) -> None:
         self.index = index
+        self.serde = serde
         self.paths: list[Path] = index_paths(index.get("fields")) if index else []
         # None until setup has asked the server; True where $vectorSearch is available.
         self.vector_search: bool | None = None
@@ -140,7 +150,7 @@ class StoreOperations:
                 (reading.get_query(plan.gets, now),),
                 {"projection": documents.NO_VECTORS},
             )
-            found = {key_of(doc): doc for doc in docs}
+            found = {key_of(doc): reading.opened(doc, self.serde) for doc in docs}
             for key, positions in plan.gets.items():
                 doc = found.get(key)
                 for i, refresh in positions:
@@ -167,14 +177,18 @@ class StoreOperations:
     def _search(
         self, op: SearchOp, clauses: list[dict[str, Any]], embedded: Embedded, now: datetime
     ) -> Operation:
-        """``[(score, document)]`` of one search page."""
+        """``[(score, document)]`` of one search page, values readable."""
         if not op.limit:
             return []
+        # The server filters plain values; serialized ones are filtered here once read.
+        server, local = (clauses, []) if self.serde is None else ([], clauses)
         if not (op.query and self.index):
+            if local:
+                return (yield from self._recent_matching(op, local, now))
             docs = yield Call(
                 STORE,
                 "find",
-                (reading.search_query(op.namespace_prefix, clauses, now),),
+                (reading.search_query(op.namespace_prefix, server, now),),
                 {
                     "projection": documents.NO_VECTORS,
                     "sort": documents.RECENT_FIRST,
@@ -182,20 +196,47 @@ class StoreOperations:
                     "limit": op.limit,
                 },
             )
-            return [(None, doc) for doc in docs]
+            return [(None, reading.opened(doc, self.serde)) for doc in docs]
         query = embedded.queries[op.query]
         if self.vector_search:
             prefix = prefix_query(op.namespace_prefix)
             pipeline = [
                 vector_search_stage(query, prefix, op.offset + op.limit),
-                {"$match": reading.search_query((), clauses, now)},
+                {"$match": reading.search_query((), server, now)},
                 {"$project": {"embedding": 0}},
             ]
             docs = yield Call(STORE, "aggregate", (pipeline,))
         else:
-            query_doc = reading.search_query(op.namespace_prefix, clauses, now)
+            query_doc = reading.search_query(op.namespace_prefix, server, now)
             docs = yield Call(STORE, "find", (query_doc,), {"projection": {"embedding": 0}})
-        return ranked(query, docs)[op.offset : op.offset + op.limit]
+        candidates = self._matching(docs, local)
+        return ranked(query, candidates)[op.offset : op.offset + op.limit]
+
+    def _recent_matching(
+        self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
+    ) -> Operation:
+        """A page of the newest items passing ``clauses``, filtered here: one ``find`` over
+        the namespace, read only until the page is full."""
+        wanted = op.offset + op.limit
+        cursor = yield Call(
+            STORE,
+            "find",
+            (reading.search_query(op.namespace_prefix, (), now),),
+            {"projection": documents.NO_VECTORS, "sort": documents.RECENT_FIRST},
+            stream=True,
+        )
+        found: list[Mapping[str, Any]] = []
+        size = wanted
+        while len(found) < wanted and (docs := (yield NextBatch(cursor, size))):
+            found.extend(self._matching(docs, clauses))
+            size = min(size * 4, MAX_READ_BATCH)
+        return [(None, doc) for doc in found[op.offset : wanted]]
+
+    def _matching(
+        self, docs: Iterable[Mapping[str, Any]], clauses: list[dict[str, Any]]
+    ) -> list[Mapping[str, Any]]:
+        opened = (reading.opened(doc, self.serde) for doc in docs)
+        return [doc for doc in opened if matches(doc["value"], clauses)]
 
     def _writes(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
@@ -219,6 +260,7 @@ class StoreOperations:
                 op.ttl,
                 embedded.items.get(key_for(op.namespace, op.key), ()),
                 bool(self.vector_search),
+                self.serde,
                 now,
             )
             for op in upserts

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
 
 from store.documents import live
@@ -55,6 +56,19 @@ def namespaces(docs: Iterable[Mapping[str, Any]]) -> list[tuple[str, ...]]:
 
 def key_of(doc: Mapping[str, Any]) -> ItemKey:
     return doc["ns"], doc["key"]
+
+
+def opened(doc: Mapping[str, Any], serde: SerializerProtocol | None) -> Mapping[str, Any]:
+    """``doc`` with its ``value`` readable: deserialized (decrypted) where it is stored typed."""
+    stored = doc.get("value_typed")
+    if stored is None:
+        return doc
+    if serde is None:
+        raise ValueError(
+            f"item {tuple(doc['namespace'])} {doc['key']!r} is stored serialized "
+            f"({stored['type']!r}): open the store with the serde that wrote it (serde=...)"
+        )
+    return {**doc, "value": serde.loads_typed((stored["type"], bytes(stored["data"])))}
 
 
 def item(doc: Mapping[str, Any]) -> Item:
