@@ -20,10 +20,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt.calls import Operation
+from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.layout import Layout
 from mongo_ckpt.operations import CheckpointOperations
 
-DEFAULT_DB_NAME = "checkpointing_db"
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})

@@ -12,8 +12,8 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, 
 from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
-from mongo_ckpt.base import DEFAULT_DB_NAME
 from mongo_ckpt.calls import Operation
+from mongo_ckpt.connection import DEFAULT_DB_NAME
 from store.operations import STORE, StoreOperations
 from store.vectors import aembed, embed
 

@@ -69,9 +69,7 @@ class Plan:
 class StoreOperations:
     """Builds each store operation as a ``calls.Operation``."""
 
-    def __init__(
-        self, index: IndexConfig | None, serde: SerializerProtocol | None = None
-    ) -> None:
+    def __init__(self, index: IndexConfig | None, serde: SerializerProtocol | None = None) -> None:
         self.index = index
         self.serde = serde
         self.paths: list[Path] = index_paths(index.get("fields")) if index else []

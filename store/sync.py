@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from pymongo import MongoClient
-
-from mongo_ckpt.base import DEFAULT_DB_NAME
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.client import run
+from mongo_ckpt.connection import SyncClientOwner
 from mongo_ckpt.saver import MongoDBSaver
 from store.base import MongoStoreBase
 
 
-class MongoDBStore(MongoStoreBase):
+class MongoDBStore(SyncClientOwner, MongoStoreBase):
     """LangGraph ``BaseStore`` on ``pymongo.MongoClient`` (or mongomock).
 
     The async methods run the I/O in a worker thread.
@@ -28,18 +24,6 @@ class MongoDBStore(MongoStoreBase):
     """
 
     _saver_type = MongoDBSaver
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(
-        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, **kwargs: Any
-    ) -> Iterator[MongoDBStore]:
-        """A store on a new client that is closed when the context exits."""
-        client: MongoClient = MongoClient(conn_string)
-        try:
-            yield cls(client, db_name, **kwargs)
-        finally:
-            client.close()
 
     def _run_op(self, operation: Operation) -> Any:
         return run(self.collections, operation)
