@@ -264,22 +264,27 @@ Skeleton = Mapping[str, Any]
 def needed_ancestors(skeletons: Iterable[Skeleton], survivors: Iterable[Skeleton]) -> set[tuple]:
     """Keys ``(thread_id, checkpoint_ns, checkpoint_id)`` of ancestors survivors rebuild from.
 
-    A survivor's ``replay`` channels (versioned but not stored at it) are rebuilt
-    from the writes of its ancestors back to each channel's seed; those
-    ancestors, seeds included, must stay.
+    A checkpoint's ``replay`` channels (DeltaChannels without a stored value) are
+    rebuilt from the writes of its ancestors back to each channel's seed; those
+    ancestors, seeds included, must stay, and since they stay they must rebuild
+    too, so their own ancestors are added the same way.
     """
     by_key = {(s["thread_id"], s["checkpoint_ns"], s["checkpoint_id"]): s for s in skeletons}
     needed: set[tuple] = set()
-    for survivor in survivors:
-        remaining = set(survivor.get("replay", ()))
-        thread_id, checkpoint_ns = survivor["thread_id"], survivor["checkpoint_ns"]
-        parent = survivor.get("parent_checkpoint_id")
+    pending = list(survivors)
+    while pending:
+        checkpoint = pending.pop()
+        remaining = set(checkpoint.get("replay", ()))
+        thread_id, checkpoint_ns = checkpoint["thread_id"], checkpoint["checkpoint_ns"]
+        parent = checkpoint.get("parent_checkpoint_id")
         while remaining and parent is not None:
             key = (thread_id, checkpoint_ns, parent)
             ancestor = by_key.get(key)
             if ancestor is None:
                 break
-            needed.add(key)
+            if key not in needed:
+                needed.add(key)
+                pending.append(ancestor)
             remaining -= {v["channel"] for v in ancestor.get("values", ())}
             parent = ancestor.get("parent_checkpoint_id")
     return needed

@@ -75,8 +75,13 @@ def checkpoint_document(
         "run_id": as_id(metadata.get("run_id")),
         # Channels whose value at this checkpoint is a stored blob, with its version.
         "values": [{"channel": ch, "version": versions[ch]} for ch in values if ch in versions],
-        # Versioned channels without a stored value (DeltaChannel): rebuilt from history.
-        "replay": [ch for ch in versions if ch not in values],
+        # DeltaChannels without a stored value here, rebuilt from history: LangGraph counts
+        # updates since the last snapshot for exactly those channels.
+        "replay": [
+            ch
+            for ch in metadata.get("counters_since_delta_snapshot") or ()
+            if ch in versions and ch not in values
+        ],
         "created_at": datetime.now(timezone.utc),
     }
 
