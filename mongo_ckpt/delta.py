@@ -26,21 +26,22 @@ MAX_DEPTH = int(os.getenv("LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT", "5000
 _UNBOUNDED = MAX_DEPTH + 1
 
 
-def _eq_key(prefix: str, thread_id: str, checkpoint_ns: str) -> list[dict[str, Any]]:
-    return [
-        {"$eq": [f"{prefix}.thread_id", {"$literal": thread_id}]},
-        {"$eq": [f"{prefix}.checkpoint_ns", {"$literal": checkpoint_ns}]},
-    ]
-
-
 def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
     return {
         "$in": [channel, {"$map": {"input": f"{entry}.stored", "as": "v", "in": "$$v.channel"}}]
     }
 
 
-def _larger(a: Any, b: Any) -> dict[str, Any]:
-    return {"$cond": [{"$gt": [a, b]}, a, b]}
+def _ids_within(depth: Any) -> dict[str, Any]:
+    """Ids of the chain entries at most ``depth`` steps above the target."""
+    within = {"$filter": {"input": "$chain", "as": "a", "cond": {"$lte": ["$$a.depth", depth]}}}
+    return {"$map": {"input": within, "as": "a", "in": "$$a.id"}}
+
+
+def _seed_version(name: dict[str, Any]) -> dict[str, Any]:
+    """The version ``name`` is stored with at chain entry ``$$a``."""
+    stored = {"$filter": {"input": "$$a.stored", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
+    return {"$let": {"vars": {"v": {"$arrayElemAt": [stored, 0]}}, "in": "$$v.version"}}
 
 
 def history_pipeline(
@@ -53,18 +54,26 @@ def history_pipeline(
     """One aggregation on ``checkpoints`` returning the history of ``channels`` at ``target``.
 
     ``target`` is the ``$match`` for the target checkpoint (the latest one if it
-    names no id). Output documents are ``{"w": write part, "depth": n}`` or
-    ``{"b": seed blob part}``. The ``$graphLookup`` chain is filtered by thread
-    and namespace again (copied threads share checkpoint ids) and sorted by
-    depth with ``$unwind``/``$sort``/``$group``, since its order is not
-    guaranteed. Only operators every backend implements are used: no
+    names no id). Output documents are ``{"chain": [ancestor ids, nearest first]}``
+    (once), ``{"w": write part}`` and ``{"b": seed value part}``. The
+    ``$graphLookup`` chain is filtered by thread and namespace again (copied
+    threads share checkpoint ids) and sorted by depth with
+    ``$unwind``/``$sort``/``$group``, since its order is not guaranteed. Per
+    channel, one ``$lookup`` fetches the writes of the ancestors up to the
+    channel's seed. Only operators every backend implements are used: no
     ``$reduce``, ``$indexOfArray``, ``$sortArray`` or array-crossing paths.
     """
     names = [{"$literal": ch} for ch in channels]
-    limits = [f"$l{i}" for i in range(len(channels))]
-    deepest = limits[0]
-    for limit in limits[1:]:
-        deepest = _larger(deepest, limit)
+    deepest: Any = "$l0"
+    for i in range(1, len(names)):
+        deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
+    # One-element arrays are built with $map: object literals inside array literals
+    # are not evaluated as expressions by every backend.
+    chain_item = {"$map": {"input": [0], "in": {"chain": _ids_within(deepest)}}}
+    write_items = [
+        {"$map": {"input": [0], "in": {"channel": name, "ids": _ids_within(f"$l{i}")}}}
+        for i, name in enumerate(names)
+    ]
     seed_items = [
         {
             "$map": {
@@ -76,46 +85,21 @@ def history_pipeline(
                     }
                 },
                 "as": "a",
-                "in": {
-                    "channel": name,
-                    "version": {
-                        "$let": {
-                            "vars": {
-                                "v": {
-                                    "$arrayElemAt": [
-                                        {
-                                            "$filter": {
-                                                "input": "$$a.stored",
-                                                "as": "v",
-                                                "cond": {"$eq": ["$$v.channel", name]},
-                                            }
-                                        },
-                                        0,
-                                    ]
-                                }
-                            },
-                            "in": "$$v.version",
-                        }
-                    },
-                },
+                "in": {"channel": name, "version": _seed_version(name)},
             }
         }
         for i, name in enumerate(names)
     ]
-    wanted_write = {
-        "$and": [
-            *_eq_key("$w", thread_id, checkpoint_ns),
-            {
-                "$or": [
-                    {"$and": [{"$eq": ["$w.channel", name]}, {"$lte": ["$depth", f"$l{i}"]}]}
-                    for i, name in enumerate(names)
-                ]
-            },
-        ]
-    }
-    wanted_seed = {
-        "$and": [*_eq_key("$b", thread_id, checkpoint_ns), {"$eq": ["$b.channel", "$channel"]}]
-    }
+
+    def own(prefix: str) -> dict[str, Any]:
+        return {
+            "$and": [
+                {"$eq": [f"{prefix}.thread_id", {"$literal": thread_id}]},
+                {"$eq": [f"{prefix}.checkpoint_ns", {"$literal": checkpoint_ns}]},
+                {"$eq": [f"{prefix}.channel", "$channel"]},
+            ]
+        }
+
     return [
         {"$match": target},
         {"$sort": {"checkpoint_id": -1}},
@@ -168,45 +152,11 @@ def history_pipeline(
         {
             "$project": {
                 "_id": 0,
-                **{f"l{i}": 1 for i in range(len(names))},
-                "items": {
-                    "$concatArrays": [
-                        {
-                            "$map": {
-                                "input": {
-                                    "$filter": {
-                                        "input": "$chain",
-                                        "as": "a",
-                                        "cond": {"$lte": ["$$a.depth", deepest]},
-                                    }
-                                },
-                                "as": "a",
-                                "in": {"id": "$$a.id", "depth": "$$a.depth"},
-                            }
-                        },
-                        *seed_items,
-                    ]
-                },
+                "items": {"$concatArrays": [chain_item, *write_items, *seed_items]},
             }
         },
         {"$unwind": "$items"},
-        {
-            "$addFields": {
-                "id": "$items.id",
-                "depth": "$items.depth",
-                "channel": "$items.channel",
-                "version": "$items.version",
-            }
-        },
-        {
-            "$lookup": {
-                "from": collections[WRITES],
-                "localField": "id",
-                "foreignField": "checkpoint_id",
-                "as": "w",
-            }
-        },
-        {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
+        {"$replaceRoot": {"newRoot": "$items"}},
         {
             "$lookup": {
                 "from": collections[BLOBS],
@@ -217,14 +167,27 @@ def history_pipeline(
         },
         {"$unwind": {"path": "$b", "preserveNullAndEmptyArrays": True}},
         {
-            "$project": {
-                "_id": 0,
-                "depth": 1,
-                "w": {"$cond": [wanted_write, "$w", None]},
-                "b": {"$cond": [wanted_seed, "$b", None]},
+            "$lookup": {
+                "from": collections[WRITES],
+                "localField": "ids",
+                "foreignField": "checkpoint_id",
+                "as": "w",
             }
         },
-        {"$match": {"$or": [{"w": {"$ne": None}}, {"b": {"$ne": None}}]}},
+        {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
+        {
+            "$project": {
+                "_id": 0,
+                "chain": 1,
+                "w": {"$cond": [own("$w"), "$w", None]},
+                "b": {"$cond": [own("$b"), "$b", None]},
+            }
+        },
+        {
+            "$match": {
+                "$or": [{"chain": {"$exists": True}}, {"w": {"$ne": None}}, {"b": {"$ne": None}}]
+            }
+        },
     ]
 
 
@@ -233,16 +196,15 @@ def assemble(
 ) -> dict[str, DeltaChannelHistory]:
     """The ``get_delta_channel_history`` result from ``history_pipeline`` output."""
     docs = list(docs)
-    depth_of = {tuple(d["w"][f] for f in WRITE_KEY): d["depth"] for d in docs if d.get("w")}
+    depth_of = {cid: depth for d in docs if "chain" in d for depth, cid in enumerate(d["chain"])}
     ordered: dict[str, list[tuple[tuple, PendingWrite]]] = {ch: [] for ch in channels}
-    for key, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
+    for _, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
         order = (
-            -depth_of[key],
+            -depth_of[head["checkpoint_id"]],
             writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"]),
         )
-        ordered[head["channel"]].append(
-            (order, (head["task_id"], head["channel"], serde.loads_typed(typed)))
-        )
+        write = (head["task_id"], head["channel"], serde.loads_typed(typed))
+        ordered[head["channel"]].append((order, write))
     seeds = {
         key[2]: typed
         for key, (_, typed) in join((d["b"] for d in docs if d.get("b")), BLOB_KEY).items()
