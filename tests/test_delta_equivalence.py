@@ -1,0 +1,131 @@
+"""DeltaChannel history: the one-aggregation override equals the base class's default walk.
+
+Threads are generated from seeds (``tests/delta_graphs.generate``): parallel writers to
+one channel, forks by ``update_state`` (with and without ``as_node``) and by new input at an
+old checkpoint, subgraphs under their own namespace, ``snapshot_frequency`` 1 to 10 and the
+three durability modes. On every checkpoint of every namespace the saver's
+``get_delta_channel_history`` must return exactly what ``BaseCheckpointSaver``'s walk over
+``get_tuple`` returns, and every checkpoint must rebuild the same state as a twin graph
+whose ``messages`` channel is a plain ``add_messages`` reducer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from langgraph.checkpoint.base import CheckpointTuple
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.base import MongoSaverBase
+from tests.delta_graphs import (
+    CHANNEL,
+    NO_SUCH_CHANNEL,
+    DefaultWalk,
+    Shape,
+    Step,
+    builder,
+    by_namespace,
+    call,
+    checkpoint_id,
+    generate,
+    is_mock,
+    namespace,
+    play,
+    rebuilt,
+)
+from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+
+# 26 generated threads on the in-process backend, split between the sync and async APIs;
+# on a server, a few seeds chosen so that together they still cover every feature.
+SYNC_SEEDS, ASYNC_SEEDS = range(0, 13), range(13, 26)
+SERVER_SEEDS = (0, 20, 25)
+
+
+def _source_step(t: CheckpointTuple) -> tuple[str | None, int | None]:
+    return t.metadata.get("source"), t.metadata.get("step")
+
+
+def _parent_id(t: CheckpointTuple) -> str | None:
+    return checkpoint_id(t.parent_config) if t.parent_config else None
+
+
+async def check_thread(run: Runner, seed: int, seen: Counter) -> None:
+    """Generate thread ``seed`` on a DeltaChannel graph and on its plain twin; compare."""
+    shape, steps = generate(seed)
+    delta = await read_thread(run, shape, steps, f"delta-{seed}", seen)
+    plain = await read_thread(run, shape, steps, f"plain-{seed}", None)
+    assert [len(ns) for ns in delta] == [len(ns) for ns in plain], f"seed {seed}"
+    for n, (delta_ns, plain_ns) in enumerate(zip(delta, plain)):
+        for i, (d, p) in enumerate(zip(delta_ns, plain_ns)):
+            assert d == p, f"seed {seed}, namespace #{n}, checkpoint #{i}"
+
+
+async def read_thread(
+    run: Runner, shape: Shape, steps: list[Step], thread_id: str, seen: Counter | None
+) -> list[list[tuple]]:
+    """Play the scenario on a DeltaChannel graph (``seen`` given: also check the history of
+    every checkpoint) or a plain one; return, per namespace in order of creation, each
+    checkpoint's (source, step) and rebuilt state. The thread is deleted once read, so the
+    in-process backend, which scans whole collections, stays fast."""
+    graph = run.compile(builder(shape, delta=seen is not None))
+    await play(run, graph, shape, steps, thread_id)
+    tuples = await run.checkpoints(thread(thread_id))
+    if seen is not None:
+        await check_histories(run.saver, tuples, seen)
+        seen[shape.durability] += 1
+    states = [
+        [(_source_step(t), await rebuilt(run, graph, t.config)) for t in ns]
+        for ns in by_namespace(tuples)
+    ]
+    await call(run.saver, "delete_thread", thread_id)
+    return states
+
+
+async def check_histories(
+    saver: MongoSaverBase, tuples: list[CheckpointTuple], seen: Counter
+) -> None:
+    """The override equals the base class's walk at every checkpoint: for no channel, for
+    the DeltaChannel, and for it with every other channel of the checkpoint and one that
+    does not exist."""
+    walk = DefaultWalk(saver)
+    for t in tuples:
+        others = sorted(set(t.checkpoint["channel_versions"]) - {CHANNEL})
+        for channels in ([], [CHANNEL], [*others, NO_SUCH_CHANNEL, CHANNEL]):
+            override, default = await walk.histories(t.config, channels)
+            assert override == default, f"{t.config}, channels {channels}"
+            assert list(override) == channels
+        seen["seeded" if "seed" in override[CHANNEL] else "unseeded"] += 1
+        seen["with writes"] += bool(override[CHANNEL]["writes"])
+        writers = {task for task, channel, _ in t.pending_writes if channel == CHANNEL}
+        seen["parallel writes"] += len(writers) > 1
+    seen["namespaces"] += len({namespace(t.config) for t in tuples}) > 1
+    parents = Counter((namespace(t.config), _parent_id(t)) for t in tuples)
+    seen["forks"] += any(n > 1 for (_, parent), n in parents.items() if parent)
+
+
+async def check_generated(run: Runner, seeds: Sequence[int]) -> None:
+    seen: Counter = Counter()
+    for seed in seeds:
+        await check_thread(run, seed, seen)
+    # The generated threads really exercised what the equivalence is about.
+    for feature in (
+        "seeded",
+        "unseeded",
+        "with writes",
+        "parallel writes",
+        "namespaces",
+        "forks",
+        "exit",
+        "async",
+        "sync",
+    ):
+        assert seen[feature] > 0, f"no generated thread had {feature}: {seen}"
+
+
+async def test_generated_threads_sync(saver: MongoDBSaver) -> None:
+    await check_generated(SyncRunner(saver), SYNC_SEEDS if is_mock(saver) else SERVER_SEEDS)
+
+
+async def test_generated_threads_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_generated(AsyncRunner(asaver), ASYNC_SEEDS if is_mock(asaver) else SERVER_SEEDS)
