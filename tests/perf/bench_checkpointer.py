@@ -1,0 +1,390 @@
+"""Checkpointer benchmark: mongo-ckpt vs langgraph-checkpoint-mongodb on the same backend.
+
+For each backend, each state variant (plain ``add_messages`` and ``DeltaChannel``) and each
+saver, runs one long conversation (``graph.invoke`` per turn, ~1 KB human message and
+~1 KB AI reply) and reports stored bytes, collection calls per saver operation (and wire
+commands, where there is a wire), and wall time per turn.
+
+Run from the repository root (not collected by pytest)::
+
+    python tests/perf/bench_checkpointer.py [--backend mock|wire|mongodb|both] [--turns 200]
+        [--write [docs/benchmarks.md]]
+"""
+
+import argparse
+import datetime
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+import mongomock  # noqa: E402
+from pymongo import MongoClient, monitoring  # noqa: E402
+from pymongo.errors import OperationFailure  # noqa: E402
+
+from tests.backends import MONGODB_URI, stop_wire, wire_uri  # noqa: E402
+from tests.perf.conversation import (  # noqa: E402
+    OFFICIAL,
+    PLAIN,
+    SAVERS,
+    SNAPSHOT_FREQUENCY,
+    VARIANTS,
+    Footprint,
+    chat_graph,
+    footprint,
+    make_saver,
+    run_turn,
+    saver_collections,
+    total_bytes,
+    wrap_collections,
+)
+
+DOC = REPO / "docs" / "benchmarks.md"
+MARKER = "bench_checkpointer"
+THREAD = "conversation"
+WARMUP_TURNS = 3
+PROGRESS_EVERY = 25
+# Saver methods metered while the graph runs; nested calls count towards the outermost.
+RUN_OPS = ("put", "put_writes", "get_tuple", "get_delta_channel_history")
+OP_COLUMNS = ("put", "put_writes", "get_tuple", "list(limit=10)", "get_state", "delete_thread")
+
+
+@dataclass
+class Frame:
+    calls: int = 0
+    commands: int = 0
+
+
+class Meter:
+    """Collection calls and wire commands per saver operation.
+
+    Attribution is per thread: LangGraph runs ``put``/``put_writes`` in a background
+    thread while the main thread goes on, so a global counter would mix operations.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.samples: dict[str, list[Frame]] = defaultdict(list)
+        self.total = Frame()
+
+    def _frame(self) -> Frame | None:
+        return getattr(self._local, "frame", None)
+
+    def on_call(self) -> None:
+        with self._lock:
+            self.total.calls += 1
+        if frame := self._frame():
+            frame.calls += 1
+
+    def on_command(self) -> None:
+        with self._lock:
+            self.total.commands += 1
+        if frame := self._frame():
+            frame.commands += 1
+
+    def measure(self, op: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` as one sample of ``op`` (inside another sample it adds to that one)."""
+        if self._frame() is not None:
+            return fn()
+        self._local.frame = frame = Frame()
+        try:
+            return fn()
+        finally:
+            self._local.frame = None
+            self.samples[op].append(frame)
+
+    def attach(self, saver: Any) -> None:
+        """Meter ``saver``'s collections and the operations in ``RUN_OPS``."""
+        wrap_collections(saver, lambda _name, coll: MeteredCollection(coll, self))
+        for op in RUN_OPS:
+            method = getattr(saver, op)
+            setattr(saver, op, self._metered(op, method))
+
+    def _metered(self, op: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def metered(*args: Any, **kwargs: Any) -> Any:
+            return self.measure(op, lambda: method(*args, **kwargs))
+
+        return metered
+
+
+class MeteredCollection:
+    """Delegates to a collection; each method call is one collection call for the meter."""
+
+    def __init__(self, inner: Any, meter: Meter) -> None:
+        self._inner, self._meter = inner, meter
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._inner, attr)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._meter.on_call()
+            return value(*args, **kwargs)
+
+        return call
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Feeds every command the driver sends to the current meter."""
+
+    meter: Meter | None = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if self.meter is not None:
+            self.meter.on_command()
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@dataclass
+class Result:
+    variant: str
+    saver: str
+    turns: int
+    footprint: dict[str, Footprint]
+    coll_stats: dict[str, int | None]
+    samples: dict[str, list[Frame]]
+    total: Frame
+    turn_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Backend:
+    name: str
+    client: Any
+    description: str
+    commands: CommandCounter | None  # None: in process, no wire commands to count
+
+
+def open_backend(name: str) -> Backend:
+    if name == "mock":
+        return Backend(name, mongomock.MongoClient(), f"mongomock {version('mongomock')}", None)
+    listener = CommandCounter()
+    if name == "wire":
+        client = MongoClient(wire_uri(), directConnection=True, event_listeners=[listener])
+        description = f"SecantusDB {version('secantusdb')} in process, over the wire"
+    else:
+        if not MONGODB_URI:
+            raise SystemExit("--backend mongodb needs MONGODB_URI")
+        client = MongoClient(MONGODB_URI, event_listeners=[listener])
+        description = "MongoDB at MONGODB_URI"
+    return Backend(name, client, f"{description}, PyMongo {version('pymongo')}", listener)
+
+
+def coll_stats_size(collection: Any) -> int | None:
+    """``collStats`` size, where the backend implements it."""
+    try:
+        return int(collection.database.command({"collStats": collection.name})["size"])
+    except (NotImplementedError, OperationFailure):  # mongomock has no collStats
+        return None
+
+
+def bench(backend: Backend, variant: str, saver_name: str, turns: int) -> Result:
+    """One saver, one conversation of ``turns`` turns, on a fresh database."""
+    client = backend.client
+    db_name = f"bench_{variant}_{saver_name}".replace("-", "_")
+    client.drop_database(db_name)
+    saver = make_saver(saver_name, client, db_name)
+    collections = saver_collections(saver)
+    graph = chat_graph(saver, variant)
+    for turn in range(WARMUP_TURNS):
+        run_turn(graph, "warm-up", turn)
+    saver.delete_thread("warm-up")
+
+    meter = Meter()
+    meter.attach(saver)
+    result = Result(variant, saver_name, turns, {}, {}, meter.samples, Frame())
+    with metering(backend, meter):
+        for turn in range(turns):
+            start = time.perf_counter()
+            run_turn(graph, THREAD, turn)
+            result.turn_ms.append((time.perf_counter() - start) * 1000)
+            if (turn + 1) % PROGRESS_EVERY == 0:
+                progress = f"  turn {turn + 1}: {result.turn_ms[-1]:.0f} ms"
+                print(progress, file=sys.stderr, flush=True)
+    result.total = Frame(meter.total.calls, meter.total.commands)
+
+    result.footprint = {name: footprint(coll) for name, coll in collections.items()}
+    result.coll_stats = {name: coll_stats_size(coll) for name, coll in collections.items()}
+    config = {"configurable": {"thread_id": THREAD}}
+    with metering(backend, meter):
+        state = meter.measure("get_state", lambda: graph.get_state(config))
+        meter.measure("list(limit=10)", lambda: list(saver.list(config, limit=10)))
+        meter.measure("delete_thread", lambda: saver.delete_thread(THREAD))
+    if (rebuilt := len(state.values["messages"])) != 2 * turns:
+        raise AssertionError(f"{saver_name} rebuilt {rebuilt} messages, not {2 * turns}")
+    client.drop_database(db_name)
+    return result
+
+
+@contextmanager
+def metering(backend: Backend, meter: Meter) -> Iterator[None]:
+    if backend.commands is not None:
+        backend.commands.meter = meter
+    try:
+        yield
+    finally:
+        if backend.commands is not None:
+            backend.commands.meter = None
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    return f"{n / 1024:.1f} KiB"
+
+
+def _ratio(part: int, whole: int) -> str:
+    r = part / whole
+    return f"{r:.2f}×" if r >= 0.1 else f"1/{1 / r:.0f}"
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "–"
+    low, high = min(values), max(values)
+    if low == high:
+        return str(low)
+    return f"{statistics.fmean(values):.1f} ({low}–{high})"
+
+
+def _ops_cell(result: Result, op: str, wire: bool) -> str:
+    frames = result.samples.get(op, [])
+    calls = _spread([f.calls for f in frames])
+    return f"{calls} / {_spread([f.commands for f in frames])}" if wire and frames else calls
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def report(backend: Backend, results: list[Result]) -> str:
+    turns = results[0].turns
+    wire = backend.commands is not None
+    names = sorted({name for r in results for name in r.footprint}, key=_COLLECTION_ORDER.index)
+    baseline = next(
+        total_bytes(r.footprint) for r in results if (r.variant, r.saver) == (PLAIN, OFFICIAL)
+    )
+    storage = []
+    for r in results:
+        largest = max(r.footprint.items(), key=lambda item: item[1].largest)
+        cells = [
+            f"{_size(r.footprint[n].bytes)} ({r.footprint[n].docs})" if n in r.footprint else "–"
+            for n in names
+        ]
+        stats = [s for s in r.coll_stats.values() if s is not None]
+        storage.append(
+            [r.variant, r.saver, *cells, _size(total_bytes(r.footprint)),
+             f"{_size(largest[1].largest)} ({largest[0]})",
+             _size(sum(stats)) if stats else "n/a",
+             _ratio(total_bytes(r.footprint), baseline)]
+        )
+    calls_header = "collection calls / wire commands" if wire else "collection calls"
+    ops = [
+        [r.variant, r.saver,
+         *(_ops_cell(r, op, wire) for op in (*OP_COLUMNS[:3], "get_delta_channel_history",
+                                             *OP_COLUMNS[3:])),
+         f"{r.total.calls / turns:.1f}" + (f" / {r.total.commands / turns:.1f}" if wire else "")]
+        for r in results
+    ]
+    timing = [
+        [r.variant, r.saver, f"{statistics.fmean(r.turn_ms):.1f}",
+         f"{statistics.median(r.turn_ms):.1f}", f"{statistics.fmean(r.turn_ms[:20]):.1f}",
+         f"{statistics.fmean(r.turn_ms[-20:]):.1f}", f"{sum(r.turn_ms) / 1000:.1f}"]
+        for r in results
+    ]
+    return "\n\n".join([
+        f"#### Backend `{backend.name}`: {backend.description}",
+        f"{turns} turns on one thread; `DeltaChannel(snapshot_frequency={SNAPSHOT_FREQUENCY})`.",
+        "**Stored bytes** (sum of `len(bson.encode(doc))`; documents in brackets):",
+        _table(["state", "saver", *names, "total", "largest document", "collStats size",
+                "vs official, add_messages"], storage),
+        f"**Round trips per operation** ({calls_header}; mean (min–max) when they vary):",
+        _table(["state", "saver", "put", "put_writes", "get_tuple", "delta history",
+                "list(limit=10)", "get_state", "delete_thread", "per turn"], ops),
+        "**Wall time per turn** (ms; `graph.invoke`, default durability):",
+        _table(["state", "saver", "mean", "median", "first 20", "last 20", "total s"], timing),
+    ])
+
+
+_COLLECTION_ORDER = ["checkpoints", "blobs", "writes"]
+
+
+def write_doc(path: Path, backend: str, section: str) -> None:
+    """Replace the generated section of ``backend`` in ``path`` (append it if missing)."""
+    begin, end = f"<!-- {MARKER}:{backend}:begin -->", f"<!-- {MARKER}:{backend}:end -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if begin not in text:
+        text = f"{text.rstrip()}\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{section}\n{end}{rest.split(end, 1)[1]}")
+
+
+def provenance() -> str:
+    """The command line, date, code version and library versions of this run."""
+    command = " ".join(["python tests/perf/bench_checkpointer.py", *sys.argv[1:]])
+    git = ["git", "-C", str(REPO)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "mongo_ckpt"], capture_output=True)
+    code = f"mongo-ckpt {commit.stdout.strip() or 'unknown commit'}"
+    if dirty.stdout.strip():
+        code += " with uncommitted changes"
+    versions = ", ".join(
+        f"{p} {version(p)}"
+        for p in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-mongodb", "pymongo")
+    )
+    return (
+        f"Generated by `{command}` on {datetime.date.today().isoformat()}: {code}; "
+        f"Python {sys.version.split()[0]}, {versions}."
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("mock", "wire", "mongodb", "both"), default="both")
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--write", nargs="?", const=DOC, type=Path, metavar="PATH",
+                        help=f"also write the tables into PATH (default {DOC.relative_to(REPO)})")
+    args = parser.parse_args(argv)
+    try:
+        for name in ("mock", "wire") if args.backend == "both" else (args.backend,):
+            backend = open_backend(name)
+            results = []
+            for variant in VARIANTS:
+                for saver_name in SAVERS:
+                    print(f"[{name}] {variant} / {saver_name} ...", file=sys.stderr, flush=True)
+                    results.append(bench(backend, variant, saver_name, args.turns))
+            backend.client.close()
+            section = f"{report(backend, results)}\n\n{provenance()}"
+            print(section + "\n", flush=True)
+            if args.write:
+                write_doc(args.write, name, section)
+                print(f"wrote {args.write}", file=sys.stderr)
+    finally:
+        stop_wire()
+
+
+if __name__ == "__main__":
+    main()
