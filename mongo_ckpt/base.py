@@ -90,14 +90,19 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
-        """Monotonic version strings with a random tail, so forked branches never collide."""
+        """Monotonic version strings with a random tail, so forked branches never collide.
+
+        Twelve zero-padded digits keep string order equal to numeric order (and above
+        any longer zero-padded version); versions are repeated in every checkpoint's
+        ``channel_versions`` and ``versions_seen``, so they are kept short.
+        """
         if current is None:
             number = 0
         elif isinstance(current, (int, float)):
             number = int(current)
         else:
             number = int(current.split(".")[0])
-        return f"{number + 1:032}.{random.randrange(10**16):016d}"
+        return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
     def _prepared(self, operation: Operation) -> Operation:
         """``operation``, preceded by index creation on first use and, with a ``ttl``,
