@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
@@ -37,14 +39,20 @@ def summary(history: list[StateSnapshot]) -> dict[str, tuple]:
     return {checkpoint_id(s): (s.values, s.next, s.metadata) for s in history}
 
 
-async def check_replay(run: Runner) -> None:
+async def seeded(run: Runner) -> tuple[Counter, Any, RunnableConfig, list, Any]:
+    """The seed graph run once on thread "t1": its call counter, builder, config,
+    history and the snapshot just before node_b."""
     calls: Counter = Counter()
     builder = seed_builder(calls)
     graph = run.compile(builder)
     config = thread("t1")
     await run.invoke(graph, SEED_INPUT, config)
     original = await run.history(graph, config)
-    before_b = next(s for s in original if s.next == ("node_b",))
+    return calls, builder, config, original, next(s for s in original if s.next == ("node_b",))
+
+
+async def check_replay(run: Runner) -> None:
+    calls, builder, config, original, before_b = await seeded(run)
 
     run = run.reopened()
     graph = run.compile(builder)
@@ -67,13 +75,7 @@ async def check_replay(run: Runner) -> None:
 
 
 async def check_fork(run: Runner) -> None:
-    calls: Counter = Counter()
-    builder = seed_builder(calls)
-    graph = run.compile(builder)
-    config = thread("t1")
-    await run.invoke(graph, SEED_INPUT, config)
-    original = await run.history(graph, config)
-    before_b = next(s for s in original if s.next == ("node_b",))
+    calls, builder, config, original, before_b = await seeded(run)
 
     # Rewrite what node_a produced, then let the graph continue on the new branch.
     run = run.reopened()
