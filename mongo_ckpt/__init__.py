@@ -1,7 +1,7 @@
 """mongo-ckpt: durable LangGraph checkpoints and memory on MongoDB."""
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
-from mongo_ckpt.client import ClientClosedError
+from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.saver import MongoDBSaver
 
 __all__ = ["AsyncMongoDBSaver", "ClientClosedError", "MongoDBSaver"]

@@ -12,8 +12,8 @@ from typing import Any
 
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.client import aiterate, arun
 from mongo_ckpt.connection import AsyncClientOwner
+from mongo_ckpt.drivers import aiterate, arun
 
 
 class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):

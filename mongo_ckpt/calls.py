@@ -3,7 +3,7 @@
 Every saver and store operation is written once, as a generator that yields
 ``Call`` (one collection method call; the driver sends back its result),
 ``NextBatch`` (the next documents of a streamed cursor) and ``Emit`` (an item
-for the caller of an iterating operation). ``mongo_ckpt.client`` runs these
+for the caller of an iterating operation). ``mongo_ckpt.drivers`` runs these
 generators on PyMongo, Motor or mongomock, blocking or awaiting.
 """
 

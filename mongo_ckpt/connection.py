@@ -11,7 +11,7 @@ from typing import Any
 from pymongo import AsyncMongoClient, MongoClient
 from typing_extensions import Self
 
-from mongo_ckpt.client import run_on_loop
+from mongo_ckpt.drivers import run_on_loop
 
 DEFAULT_DB_NAME = "checkpointing_db"
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.client import iterate, run
 from mongo_ckpt.connection import SyncClientOwner
+from mongo_ckpt.drivers import iterate, run
 
 _DONE = object()
 

@@ -1,6 +1,6 @@
 """Long-term memory for LangGraph agents on MongoDB: ``BaseStore`` sync and native async."""
 
-from store.aio import AsyncMongoDBStore
-from store.sync import MongoDBStore
+from mongo_ckpt.store.aio import AsyncMongoDBStore
+from mongo_ckpt.store.sync import MongoDBStore
 
 __all__ = ["AsyncMongoDBStore", "MongoDBStore"]

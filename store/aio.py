@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mongo_ckpt.store.base import MongoStoreBase
+
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.client import arun
 from mongo_ckpt.connection import AsyncClientOwner
-from store.base import MongoStoreBase
+from mongo_ckpt.drivers import arun
 
 
 class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):

@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, ensure_embeddings
+from mongo_ckpt.store.operations import STORE, StoreOperations
+from mongo_ckpt.store.vectors import aembed, embed
 from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME
-from store.operations import STORE, StoreOperations
-from store.vectors import aembed, embed
 
 logger = logging.getLogger(__name__)
 # What asking for search indexes raises where there is no Atlas Search

@@ -31,14 +31,11 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
-
-from mongo_ckpt.calls import Call, NextBatch, Operation
-from mongo_ckpt.identifiers import check_literal, coerce_id
-from store import documents, reading
-from store.filters import matches, value_clauses
-from store.namespaces import ItemKey, check_namespace, key_for, prefix_query
-from store.reading import key_of
-from store.vectors import (
+from mongo_ckpt.store import documents, reading
+from mongo_ckpt.store.filters import matches, value_clauses
+from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query
+from mongo_ckpt.store.reading import key_of
+from mongo_ckpt.store.vectors import (
     SEARCH_INDEX_NAME,
     Embedded,
     EmbeddingRequest,
@@ -49,6 +46,9 @@ from store.vectors import (
     search_index_model,
     vector_search_stage,
 )
+
+from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.identifiers import check_literal, coerce_id
 
 STORE = "store"
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python

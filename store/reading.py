@@ -8,9 +8,8 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
-
-from store.documents import live
-from store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
+from mongo_ckpt.store.documents import live
+from mongo_ckpt.store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
 
 
 def all_of(clauses: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

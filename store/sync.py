@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mongo_ckpt.store.base import MongoStoreBase
+
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.client import run
 from mongo_ckpt.connection import SyncClientOwner
+from mongo_ckpt.drivers import run
 from mongo_ckpt.saver import MongoDBSaver
-from store.base import MongoStoreBase
 
 
 class MongoDBStore(SyncClientOwner, MongoStoreBase):

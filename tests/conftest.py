@@ -19,6 +19,8 @@ from tests.backends import (
     sync_client,
 )
 
+pytest_plugins = ["tests.store_support"]
+
 
 def _param(backend: str, driver: str) -> Any:
     marks = [pytest.mark.mongodb] if backend == "mongodb" else []

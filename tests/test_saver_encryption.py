@@ -14,7 +14,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, total
-from tests.test_saver_support import Api
+from tests.saver_support import Api
 
 MARKER = "plaintext-marker-5f0c"
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef" * 2)

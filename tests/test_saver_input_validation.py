@@ -27,7 +27,7 @@ from tests.backends import (
     sync_client,
     total,
 )
-from tests.test_saver_support import Api, put_chain
+from tests.saver_support import Api, put_chain
 
 # A query operator and a list: either would change what a query matches.
 BAD_IDS: list[Any] = [{"$ne": None}, ["t"]]

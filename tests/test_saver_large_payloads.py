@@ -14,7 +14,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
-from tests.test_saver_support import Api
+from tests.saver_support import Api
 
 MB = 1024 * 1024
 MAX_DOCUMENT = 16 * MB

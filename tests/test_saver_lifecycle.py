@@ -11,7 +11,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_config
 from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, sync_client, uri_for
-from tests.test_saver_support import LOGICAL, Api, maybe_await, put_chain, values_at
+from tests.saver_support import LOGICAL, Api, maybe_await, put_chain, values_at
 
 # The unique keys of DESIGN.md; an index may add ``part`` (chunks of a large payload).
 UNIQUE_KEYS = {

@@ -13,7 +13,7 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
-from tests.test_saver_support import Api, assert_no_orphans, put_chain, values_at
+from tests.saver_support import Api, assert_no_orphans, put_chain, values_at
 
 
 class State(TypedDict):

@@ -12,7 +12,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, total
-from tests.test_saver_support import Api, put_chain, values_at
+from tests.saver_support import Api, put_chain, values_at
 
 
 async def check_put_and_put_writes(api: Api) -> None:

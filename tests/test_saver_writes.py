@@ -8,7 +8,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_config
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import WRITES
-from tests.test_saver_support import Api, put_chain
+from tests.saver_support import Api, put_chain
 
 
 async def check_order(api: Api) -> None:

@@ -7,9 +7,7 @@ from typing import Any
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from tests.backends import count_calls, total
-from tests.test_store_support import DIMS, FakeEmbeddings
-
-pytest_plugins = ["tests.test_store_support"]
+from tests.store_support import DIMS, FakeEmbeddings
 
 
 async def test_n_gets_are_one_query(make_astore: Any) -> None:

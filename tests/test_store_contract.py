@@ -17,11 +17,9 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
-from store import AsyncMongoDBStore, MongoDBStore
 from tests.backends import count_calls, total, wire_uri
-
-pytest_plugins = ["tests.test_store_support"]
 
 NAMESPACES = [
     ("a", "b", "c"),

@@ -18,22 +18,20 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import GetOp, PutOp, SearchOp
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
+from mongo_ckpt.store.operations import StoreOperations
+from mongo_ckpt.store.reading import all_of
+from mongo_ckpt.store.vectors import Embedded, unit
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.calls import Call
-from mongo_ckpt.client import arun, run
-from store import AsyncMongoDBStore, MongoDBStore
-from store.filters import COMPARISONS, matches, value_clauses
-from store.operations import StoreOperations
-from store.reading import all_of
-from store.vectors import Embedded, unit
+from mongo_ckpt.drivers import arun, run
 from tests.backends import count_calls, sync_client, total
+from tests.store_support import DIMS, FakeEmbeddings
 from tests.test_store_differential import OPS, _check
 from tests.test_store_filters import BAD_FILTERS, CASES, ITEMS
-from tests.test_store_support import DIMS, FakeEmbeddings
-
-pytest_plugins = ["tests.test_store_support"]
 
 MARKER = "plaintext-marker-c4f1"
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")

@@ -6,11 +6,9 @@ from typing import Any
 
 import pytest
 from langgraph.store.memory import InMemoryStore
+from mongo_ckpt.store.filters import value_clauses
 
-from store.filters import value_clauses
 from tests.backends import count_calls, total
-
-pytest_plugins = ["tests.test_store_support"]
 
 ITEMS = {
     "a": {"color": "red", "size": 3, "price": 9.5, "tags": ["x", "y"],

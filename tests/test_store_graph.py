@@ -8,10 +8,10 @@ import pytest
 from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from store import AsyncMongoDBStore, MongoDBStore
-from tests.test_store_support import DIMS, FakeEmbeddings
+from tests.store_support import DIMS, FakeEmbeddings
 
 
 class Turn(TypedDict, total=False):

@@ -8,10 +8,7 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import GetOp, SearchOp
-
-from store.documents import index_models
-
-pytest_plugins = ["tests.test_store_support"]
+from mongo_ckpt.store.documents import index_models
 
 
 async def _await(result: Any) -> Any:

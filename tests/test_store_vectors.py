@@ -11,16 +11,14 @@ from typing import Any
 import pytest
 from langgraph.store.base import PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
+from mongo_ckpt.store.operations import StoreOperations
+from mongo_ckpt.store.vectors import SEARCH_INDEX_NAME, Embedded, unit
 from pymongo import UpdateOne
 from pymongo.errors import OperationFailure
 
 from mongo_ckpt.calls import Call
-from store.operations import StoreOperations
-from store.vectors import SEARCH_INDEX_NAME, Embedded, unit
 from tests.backends import count_calls, total
-from tests.test_store_support import DIMS, FakeEmbeddings
-
-pytest_plugins = ["tests.test_store_support"]
+from tests.store_support import DIMS, FakeEmbeddings
 
 DOCS = {
     "pasta": {"title": "Italian dinner", "body": "fresh pasta with tomato sauce"},

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
-
-from store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 DIMS = 32
 
