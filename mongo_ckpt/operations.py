@@ -268,15 +268,3 @@ def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceO
     doc["thread_id"] = target
     return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
 
-
-def _latest_per_namespace(match: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"$match": match},
-        {"$sort": {"checkpoint_id": -1}},
-        {
-            "$group": {
-                "_id": {f: f"${f}" for f in CHECKPOINT_KEY[:2]},
-                "checkpoint_id": {"$first": "$checkpoint_id"},
-            }
-        },
-    ]

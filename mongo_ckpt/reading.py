@@ -125,8 +125,9 @@ def keys_query(keys: Iterable[Key]) -> dict[str, Any]:
 def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
     """Threads whose newest checkpoint was written before ``cutoff`` (``{"_id": thread_id}``)."""
     return [
-        {"$sort": {"thread_id": 1, "created_at": -1}},
-        {"$group": {"_id": "$thread_id", "last": {"$first": "$created_at"}}},
+        # Same direction on both fields, so the (thread_id, created_at) index serves the sort.
+        {"$sort": {"thread_id": 1, "created_at": 1}},
+        {"$group": {"_id": "$thread_id", "last": {"$last": "$created_at"}}},
         {"$match": {"last": {"$lt": cutoff}}},
     ]
 

@@ -22,7 +22,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import AsyncMongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
 

@@ -17,7 +17,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import (
     ASYNC_DRIVERS,
     SYNC_DRIVERS,

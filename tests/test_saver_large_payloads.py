@@ -13,7 +13,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.saver_support import Api
 
 MB = 1024 * 1024

@@ -9,7 +9,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_config
 
 from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, sync_client, uri_for
 from tests.saver_support import LOGICAL, Api, maybe_await, put_chain, values_at
 

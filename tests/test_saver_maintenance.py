@@ -12,7 +12,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.saver_support import Api, assert_no_orphans, put_chain, values_at
 
 

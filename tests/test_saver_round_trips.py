@@ -10,7 +10,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, total
 from tests.saver_support import Api, put_chain, values_at
 

@@ -7,7 +7,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.conformance.test_utils import generate_config
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.operations import WRITES
+from mongo_ckpt.layout import WRITES
 from tests.saver_support import Api, put_chain
 
 
