@@ -27,6 +27,8 @@ from mongo_ckpt.operations import CheckpointOperations
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
+# Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
 
 class MongoSaverBase(BaseCheckpointSaver[str]):
@@ -51,7 +53,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
         db_name, checkpoint_collection_name, writes_collection_name: where data lives.
-        ttl: seconds of inactivity after which a whole thread expires (see sweep_expired).
+        ttl: seconds of inactivity after which a whole thread expires (see sweep_expired),
+            at most ``MAX_TTL_SECONDS`` (100 years).
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
@@ -68,6 +71,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         )
         if ttl is not None and ttl <= 0:
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if ttl is not None and not ttl <= MAX_TTL_SECONDS:  # also refuses inf and NaN
+            raise ValueError(
+                f"ttl must be at most {MAX_TTL_SECONDS} seconds (100 years), got {ttl!r}; "
+                "pass ttl=None for threads that never expire"
+            )
         self.ttl = ttl
         self.sweep_interval = sweep_interval if sweep_interval is not None else min(ttl or 0, 3600)
         self._next_sweep = 0.0

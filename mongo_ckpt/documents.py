@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+import bson
 from bson import Binary
 from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -30,7 +31,7 @@ def plain(value: Any) -> tuple[bool, Any]:
         out = {}
         for k, v in value.items():
             ok, pv = plain(v)
-            if not ok or not isinstance(k, str) or not k or k.startswith("$") or "." in k:
+            if not ok or not _plain_key(k):
                 return False, None
             out[k] = pv
         return True, out
@@ -44,9 +45,37 @@ def plain_metadata(metadata: Mapping[str, Any], keys: Collection[str] | None) ->
         if keys is not None and k not in keys:
             continue
         ok, pv = plain(v)
-        if ok and isinstance(k, str) and k and not k.startswith("$") and "." not in k:
+        if ok and _plain_key(k):
             out[k] = pv
     return out
+
+
+def _plain_key(key: Any) -> bool:
+    """Whether ``key`` can be a field name in the filterable copy (the serialized copy
+    keeps every key): not empty, no leading ``$``, no ``.`` and no NUL."""
+    return (
+        type(key) is str
+        and bool(key)
+        and not key.startswith("$")
+        and not ("." in key or "\x00" in key)
+    )
+
+
+MAX_CHECKPOINT_BYTES = 15 * 2**20
+"""Largest checkpoint document (metadata twice, plus the checkpoint without its channel
+values) ``put`` accepts: below MongoDB's 16 MiB, leaving room for the update around it."""
+
+
+def check_checkpoint_size(doc: Mapping[str, Any]) -> None:
+    """Refuse, before anything is written, a checkpoint document MongoDB would refuse."""
+    size = len(bson.encode(doc))
+    if size > MAX_CHECKPOINT_BYTES:
+        raise ValueError(
+            f"checkpoint {doc.get('checkpoint_id')!r} of thread {doc.get('thread_id')!r} "
+            f"needs a {size}-byte document, over the {MAX_CHECKPOINT_BYTES}-byte (15 MiB) "
+            "limit: its metadata is stored twice, so keep metadata well under 7 MiB and "
+            "put large data in channel values"
+        )
 
 
 def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from bson.regex import Regex
 from langchain_core.runnables import RunnableConfig
 
 
 def as_id(value: Any) -> str | None:
-    """``value`` as a string identifier (strings as they are, ints coerced), else ``None``."""
-    if isinstance(value, str):
+    """``value`` as a string identifier (strings as they are, ints coerced), else ``None``.
+
+    Only an exact ``str`` counts: a subclass such as ``bson.Code`` would be stored as
+    another BSON type and then match nothing (or break reads that expect a string).
+    """
+    if type(value) is str:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -24,11 +30,33 @@ def coerce_id(value: Any, field: str) -> str:
     ``None``, booleans) is refused so it can never act as a query operator.
     """
     result = as_id(value)
+    if result is None and isinstance(value, str):
+        raise TypeError(
+            f"{field} must be a plain str, got the str subclass {type(value).__name__}: "
+            f"{value!r}; pass str(value)"
+        )
     if result is None:
         raise TypeError(
             f"{field} must be a string (or an int), got {type(value).__name__}: {value!r}"
         )
     return result
+
+
+MAX_LIMIT = 2**63 - 1
+"""Largest ``limit`` (and ``offset``) a query accepts: MongoDB reads them as 64-bit ints."""
+
+
+def check_limit(limit: Any, name: str = "limit", *, optional: bool = True) -> None:
+    """Refuse a page size MongoDB cannot take (a non-int, or beyond ``MAX_LIMIT``)."""
+    if limit is None and optional:
+        return
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise TypeError(f"{name} must be an int, got {type(limit).__name__}: {limit!r}")
+    if limit > MAX_LIMIT:
+        raise ValueError(
+            f"{name} must be at most 2**63 - 1 ({MAX_LIMIT}), got {limit}; "
+            "pass None (saver list) or a smaller number for no practical limit"
+        )
 
 
 def thread_key(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -69,7 +97,13 @@ def check_field_name(key: Any, where: str) -> str:
 
 
 def check_literal(value: Any, where: str) -> None:
-    """Refuse nested documents whose keys would be read as query operators."""
+    """Refuse nested documents whose keys would be read as query operators, and regular
+    expressions (which the server would apply as a pattern match, not compare)."""
+    if isinstance(value, (re.Pattern, Regex)):
+        raise TypeError(
+            f"{where} must not be a regular expression ({type(value).__name__}: {value!r}): "
+            "filters compare values for equality only; pass the exact value to match"
+        )
     if isinstance(value, Mapping):
         for k, v in value.items():
             check_field_name(k, where)

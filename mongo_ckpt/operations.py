@@ -18,8 +18,13 @@ from pymongo import ReplaceOne
 
 from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
-from mongo_ckpt.documents import blob_requests, checkpoint_document, write_requests
-from mongo_ckpt.identifiers import coerce_id, coerce_ids, thread_key
+from mongo_ckpt.documents import (
+    blob_requests,
+    check_checkpoint_size,
+    checkpoint_document,
+    write_requests,
+)
+from mongo_ckpt.identifiers import check_limit, coerce_id, coerce_ids, thread_key
 from mongo_ckpt.layout import (
     BLOB_KEY,
     BLOBS,
@@ -107,6 +112,7 @@ class CheckpointOperations:
         limit: int | None,
     ) -> Operation:
         query = list_query(config, filter, before, self.filterable_keys)
+        check_limit(limit)
         if limit is not None and limit <= 0:
             return
         cursor = yield Call(
@@ -142,6 +148,7 @@ class CheckpointOperations:
         doc = checkpoint_document(
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
         )
+        check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs:  # values first: a reader never sees a checkpoint without its values
             yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": False})
         yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})

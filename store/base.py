@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, ensure_embeddings
+from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
 from pymongo.errors import OperationFailure
@@ -134,6 +135,12 @@ class MongoStoreBase(BaseStore):
         embedded = embed(self.embeddings, plan.embedding, self._dims)
         return self._run(self.ops.execute(plan, embedded))
 
+    def put(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """``BaseStore.put``, with the namespace's shape checked first (a dict would
+        otherwise fail inside LangGraph's own validation with ``KeyError: 0``)."""
+        check_namespace_shape(namespace)
+        super().put(namespace, key, value, *args, **kwargs)
+
     def sweep_ttl(self) -> int:
         """Delete expired items now (the server's TTL monitor does it about once a minute).
 
@@ -158,6 +165,11 @@ class MongoStoreBase(BaseStore):
         plan = self.ops.plan(ops)
         embedded = await aembed(self.embeddings, plan.embedding, self._dims)
         return await self._arun(self.ops.execute(plan, embedded))
+
+    async def aput(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Async ``put``, with the namespace's shape checked first."""
+        check_namespace_shape(namespace)
+        await super().aput(namespace, key, value, *args, **kwargs)
 
     async def asweep_ttl(self) -> int:
         """Async ``sweep_ttl``."""

@@ -37,9 +37,26 @@ def check_namespace(op: Op) -> None:
             raise InvalidNamespaceError(
                 f"Namespace must be a tuple of strings, got the string {path!r}: write ({path!r},)"
             )
+        check_namespace_shape(path)
     validate_op_namespace(op)
     if isinstance(op, PutOp) and not op.namespace:
         raise InvalidNamespaceError("Namespace cannot be empty.")
+
+
+def check_namespace_shape(namespace: Any) -> None:
+    """``TypeError`` unless ``namespace`` is a tuple (or list) of exact ``str`` labels
+    (a ``bson.Code`` label would be stored as code, not text)."""
+    if not isinstance(namespace, (tuple, list)):
+        raise TypeError(
+            "Namespace must be a tuple of strings such as ('users', 'alice'), "
+            f"got {type(namespace).__name__}: {namespace!r}"
+        )
+    for label in namespace:
+        if isinstance(label, str) and type(label) is not str:
+            raise TypeError(
+                f"Namespace label {label!r} must be a plain str, got the str subclass "
+                f"{type(label).__name__}; pass str(label)"
+            )
 
 
 def _paths(op: Op) -> list[Any]:
@@ -111,7 +128,8 @@ def _prefix_clauses(path: tuple[str, ...]) -> list[dict[str, Any]]:
 def _suffix_clause(path: tuple[str, ...]) -> dict[str, Any]:
     checks: list[dict[str, Any]] = [{"$gte": [{"$size": "$namespace"}, len(path)]}]
     checks.extend(
-        {"$eq": [{"$arrayElemAt": ["$namespace", i - len(path)]}, label]}
+        # A label is data, never a field path or an expression: ``$ns`` is the text "$ns".
+        {"$eq": [{"$arrayElemAt": ["$namespace", i - len(path)]}, {"$literal": label}]}
         for i, label in enumerate(path)
         if label != WILDCARD
     )

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import bson
+from bson.errors import InvalidDocument
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import (
     GetOp,
@@ -48,7 +50,7 @@ from mongo_ckpt.store.vectors import (
 )
 
 from mongo_ckpt.calls import Call, NextBatch, Operation
-from mongo_ckpt.identifiers import check_literal, coerce_id
+from mongo_ckpt.identifiers import MAX_LIMIT, check_literal, coerce_id
 
 STORE = "store"
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python
@@ -129,6 +131,7 @@ class StoreOperations:
                 raise TypeError(f"value must be a dict, got {type(op.value).__name__}")
             check_literal(op.value, "value")
             _check_ttl(op.ttl)
+            _check_value_size(op.namespace, key, op.value)
         if op.index not in (None, False) and (
             isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
         ):
@@ -270,6 +273,28 @@ def _check_page(limit: Any, offset: Any) -> None:
     for name, number in (("limit", limit), ("offset", offset)):
         if not isinstance(number, int) or isinstance(number, bool) or number < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
+    if limit + offset > MAX_LIMIT:  # MongoDB reads skip and limit as 64-bit ints
+        raise ValueError(
+            f"limit + offset must be at most 2**63 - 1 ({MAX_LIMIT}), got limit={limit}, "
+            f"offset={offset}; pass smaller numbers"
+        )
+
+
+MAX_VALUE_BYTES = 15 * 2**20
+"""Largest item value, as BSON, ``put`` accepts: below MongoDB's 16 MiB document limit."""
+
+
+def _check_value_size(namespace: Any, key: str, value: Mapping[str, Any]) -> None:
+    try:
+        size = len(bson.encode(value))
+    except (InvalidDocument, OverflowError, TypeError):
+        return  # not plain BSON (a serde stores it): nothing cheap to measure
+    if size > MAX_VALUE_BYTES:
+        raise ValueError(
+            f"value of namespace {tuple(namespace)!r} key {key!r} is {size} bytes as BSON, "
+            f"over the {MAX_VALUE_BYTES}-byte (15 MiB) limit per item; split it across "
+            "several keys. Nothing in this batch was written"
+        )
 
 
 def _check_ttl(ttl: Any) -> None:

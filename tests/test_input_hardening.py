@@ -1,0 +1,264 @@
+"""Inputs that used to corrupt data, match the wrong things or fail late (issue 7, item 4).
+
+Each shape gets a specific exception naming what to pass instead, raised before any
+database call, on the sync and the async saver and store, on every backend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import pytest
+from bson import Code, Regex
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from langgraph.store.base import GetOp, PutOp
+from langgraph.store.memory import InMemoryStore
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.operations import STORE
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.operations import CHECKPOINTS
+from tests.backends import count_calls, total
+from tests.saver_support import Api, put_chain
+from tests.test_saver_input_validation import refuses, untouched
+
+MIB = 2**20
+
+
+# -- checkpointer -----------------------------------------------------------------
+
+
+async def check_str_subclass_ids(api: Api) -> None:
+    await put_chain(api, "t", 2, writes=True)
+    await put_chain(api, "a", 1)
+    for field in ("thread_id", "checkpoint_ns", "checkpoint_id"):
+        config = generate_config("t", checkpoint_id="x")
+        config["configurable"][field] = Code("t")
+        attempts = [
+            lambda c=config: api.get_tuple(c),
+            lambda c=config: api.list(c),
+            lambda c=config: api.put(c, generate_checkpoint(), generate_metadata(), {}),
+            lambda c=config: api.put_writes(c, [("w", 1)], "task"),
+        ]
+        await refuses(api, attempts, TypeError, "pass str(value)")
+    good = generate_config("t", checkpoint_id="x")
+    await refuses(api, [lambda: api.put_writes(good, [("w", 1)], Code("t"))], TypeError, "task_id")
+    await refuses(
+        api,
+        [lambda: api.copy_thread("a", Code("b"))],
+        TypeError,
+        "target_thread_id must be a plain str",
+    )
+    await refuses(api, [lambda: api.delete_thread(Code("t"))], TypeError, "pass str(value)")
+    await refuses(api, [lambda: api.delete_for_runs([Code("r")])], TypeError, "run_ids[0]")
+    assert len(await api.list(None)) == 3  # every thread still lists
+
+
+async def check_regex_filters(api: Api) -> None:
+    await put_chain(api, "t", 2, source="loop")
+    for value in (
+        re.compile("lo"),
+        Regex("lo"),
+        [re.compile("lo")],
+        {"nested": {"deeper": Regex("lo")}},
+    ):
+        await refuses(
+            api,
+            [lambda v=value: api.list(None, filter={"source": v})],
+            TypeError,
+            "must not be a regular expression",
+        )
+
+
+async def check_list_limit(api: Api) -> None:
+    await put_chain(api, "t", 2)
+    await refuses(api, [lambda: api.list(None, limit=2**63)], ValueError, "at most 2**63 - 1")
+
+
+async def check_nul_metadata_key(api: Api) -> None:
+    config = generate_config("t")
+    metadata = {**generate_metadata(), "a\x00b": 1, "kept": 2}
+    saved = await api.put(config, generate_checkpoint(), metadata, {})
+    [doc] = await api.docs(CHECKPOINTS)
+    assert "a\x00b" not in doc["metadata"]
+    assert doc["metadata"]["kept"] == 2
+    loaded = await api.get_tuple(saved)
+    assert loaded.metadata["a\x00b"] == 1 and loaded.metadata["kept"] == 2
+    assert [t.metadata["kept"] for t in await api.list(None, filter={"kept": 2})] == [2]
+
+
+async def check_huge_metadata(api: Api) -> None:
+    await put_chain(api, "t", 1)
+    checkpoint = generate_checkpoint(channel_values={"c": "value"}, channel_versions={"c": 1})
+    metadata = {**generate_metadata(), "big": "x" * (8 * MIB)}
+    async with untouched(api):  # in particular: no value document left behind
+        with pytest.raises(ValueError, match=re.escape("15 MiB")):
+            await api.put(generate_config("t"), checkpoint, metadata, {"c": 1})
+
+
+async def check_ttl_beyond_maximum(api: Api) -> None:
+    await put_chain(api, "t", 1)
+    for ttl in (float("inf"), 1e12, float("nan")):
+        await refuses(
+            api, [lambda t=ttl: _construct(api, t)], ValueError, "at most 3153600000 seconds"
+        )
+
+
+async def _construct(api: Api, ttl: float) -> None:
+    api.variant(ttl=ttl)
+
+
+CHECKS = [
+    check_str_subclass_ids,
+    check_regex_filters,
+    check_list_limit,
+    check_nul_metadata_key,
+    check_huge_metadata,
+    check_ttl_beyond_maximum,
+]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+async def test_saver_async(asaver: AsyncMongoDBSaver, check: Callable[[Api], Any]) -> None:
+    await check(Api(asaver))
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+async def test_saver_sync(saver: MongoDBSaver, check: Callable[[Api], Any]) -> None:
+    await check(Api(saver))
+
+
+# -- store ------------------------------------------------------------------------
+
+
+class StoreApi:
+    """A store behind async methods: ``await s.put(...)`` is ``aput`` or ``put``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.is_async = isinstance(store, AsyncMongoDBStore)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return partial(self.call, name)
+
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return await getattr(self.store, f"a{name}")(*args, **kwargs)
+        return getattr(self.store, name)(*args, **kwargs)
+
+    async def items(self) -> list[tuple[Any, ...]]:
+        cursor = self.store.collections[STORE].find({})
+        docs = [d async for d in cursor] if self.is_async else list(cursor)
+        return sorted((tuple(d["namespace"]), d["key"], repr(d.get("value"))) for d in docs)
+
+    @asynccontextmanager
+    async def untouched(self) -> AsyncIterator[None]:
+        before = await self.items()
+        counter = count_calls(self.store.collections)
+        yield
+        assert total(counter) == 0, counter
+        assert await self.items() == before
+
+    async def refuses(self, attempt: Callable[[], Any], error: type, text: str) -> None:
+        async with self.untouched():
+            with pytest.raises(error, match=re.escape(text)):
+                await attempt()
+
+
+async def check_store_str_subclass(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"v": 1})
+    await s.refuses(
+        lambda: s.batch([PutOp(("a",), Code("k"), {"v": 2})]), TypeError, "key must be a plain str"
+    )
+    await s.refuses(lambda: s.batch([GetOp(("a",), Code("k"))]), TypeError, "pass str(value)")
+    await s.refuses(lambda: s.put((Code("a"),), "k", {"v": 2}), TypeError, "pass str(label)")
+    await s.refuses(lambda: s.search((Code("a"),)), TypeError, "must be a plain str")
+
+
+async def check_store_dict_namespace(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"v": 1})
+    for attempt in (
+        lambda: s.put({"a": 1}, "k", {"v": 2}),
+        lambda: s.get({"a": 1}, "k"),
+        lambda: s.batch([PutOp({"a": 1}, "k", {"v": 2})]),
+    ):
+        await s.refuses(attempt, TypeError, "Namespace must be a tuple of strings")
+
+
+async def check_store_literal_suffix(s: StoreApi) -> None:
+    memory = InMemoryStore()
+    for namespace in (("team", "$ns"), ("other", "x"), ("a", "$key"), ("b", "ns")):
+        await s.put(namespace, "k", {"v": 1})
+        memory.put(namespace, "k", {"v": 1})
+    for conditions in (
+        {"suffix": ("$ns",)},
+        {"suffix": ("*", "$key")},
+        {"suffix": ("$namespace",)},
+    ):
+        expected = memory.list_namespaces(**conditions)
+        assert await s.list_namespaces(**conditions) == expected, conditions
+    assert await s.list_namespaces(suffix=("$ns",)) == [("team", "$ns")]
+
+
+async def check_store_regex_filter(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"name": "alice", "tags": ["x"]})
+    for filter in (
+        {"name": re.compile("ali")},
+        {"name": Regex("ali")},
+        {"name": {"$eq": re.compile("ali")}},
+        {"name": {"$in": [Regex("ali")]}},
+        {"tags": [re.compile("x")]},
+        {"profile": {"name": re.compile("ali")}},
+    ):
+        await s.refuses(
+            lambda f=filter: s.search(("a",), filter=f),
+            TypeError,
+            "must not be a regular expression",
+        )
+
+
+async def check_store_limits(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"v": 1})
+    await s.refuses(lambda: s.search(("a",), limit=2**63), ValueError, "at most 2**63 - 1")
+    await s.refuses(lambda: s.list_namespaces(limit=2**63), ValueError, "at most 2**63 - 1")
+
+
+async def check_store_huge_value(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"v": 1})
+    batch = [
+        PutOp(("a",), "small", {"v": 2}),
+        PutOp(("a",), "big", {"blob": "x" * (16 * MIB)}),
+    ]
+    # The whole batch is refused before anything is written (the small item too).
+    await s.refuses(lambda: s.batch(batch), ValueError, "namespace ('a',) key 'big'")
+    await s.refuses(lambda: s.batch(batch), ValueError, "15 MiB")
+
+
+STORE_CHECKS = [
+    check_store_str_subclass,
+    check_store_dict_namespace,
+    check_store_literal_suffix,
+    check_store_regex_filter,
+    check_store_limits,
+    check_store_huge_value,
+]
+
+
+@pytest.mark.parametrize("check", STORE_CHECKS, ids=lambda c: c.__name__)
+async def test_store_async(make_astore: Callable[..., AsyncMongoDBStore], check: Any) -> None:
+    await check(StoreApi(make_astore()))
+
+
+@pytest.mark.parametrize("check", STORE_CHECKS, ids=lambda c: c.__name__)
+async def test_store_sync(make_store: Callable[..., MongoDBStore], check: Any) -> None:
+    await check(StoreApi(make_store()))
