@@ -23,7 +23,6 @@ from mongo_ckpt.store.vectors import mean
 from pymongo import (
     ASCENDING,
     DESCENDING,
-    DeleteMany,
     DeleteOne,
     IndexModel,
     UpdateMany,
@@ -33,6 +32,7 @@ from pymongo import (
 # Unset when an overwrite does not write them (a store may switch to or from a serde).
 OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
 NO_VECTORS = {"embeddings": 0, "embedding": 0}
+FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)  # the expiry of items without one
 RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
 
 
@@ -79,7 +79,8 @@ def put_request(
     serde: SerializerProtocol | None,
     now: datetime,
 ) -> UpdateOne:
-    """Upsert an item: ``created_at`` survives an overwrite, ``updated_at`` moves."""
+    """Upsert an item: ``created_at`` survives an overwrite of a live item, ``updated_at``
+    moves."""
     fields: dict[str, Any] = {
         "namespace": list(namespace),
         "prefixes": prefixes(namespace),
@@ -97,19 +98,26 @@ def put_request(
         fields["embeddings"] = [{"path": label, "vector": v} for label, v in vectors]
         if with_mean:
             fields["embedding"] = mean([v for _, v in vectors])
-    update: dict[str, Any] = {"$set": fields, "$setOnInsert": {"created_at": now}}
-    stale = {name: "" for name in OPTIONAL_FIELDS if name not in fields}
+    # One update pipeline, so a put is one command: an expired copy the TTL monitor has
+    # not deleted yet counts as absent, and the item gets a fresh ``created_at``.
+    stages: list[dict[str, Any]] = [
+        {
+            "$set": {
+                **{name: {"$literal": v} for name, v in fields.items()},
+                "created_at": kept_created_at(now),
+            }
+        }
+    ]
+    stale = {name: 0 for name in OPTIONAL_FIELDS if name not in fields}
     if stale:
-        update["$unset"] = stale
-    return UpdateOne(selector(namespace, key), update, upsert=True)
+        stages.append({"$project": stale})
+    return UpdateOne(selector(namespace, key), stages, upsert=True)
 
 
-def clear_expired_request(
-    items: Sequence[tuple[tuple[str, ...], str]], now: datetime
-) -> DeleteMany:
-    """Delete those of ``items`` that expired but are still stored (the TTL monitor has not
-    run yet), so putting them again makes new items with a fresh ``created_at``."""
-    return DeleteMany({"$or": [selector(ns, key) for ns, key in items], **expired(now)})
+def kept_created_at(now: datetime) -> dict[str, Any]:
+    """``created_at`` of the stored copy if it is live, else ``now`` (new or expired)."""
+    still_live = {"$gt": [{"$ifNull": ["$expires_at", FOREVER]}, now]}
+    return {"$cond": [still_live, {"$ifNull": ["$created_at", now]}, now]}
 
 
 def delete_request(namespace: tuple[str, ...], key: str) -> DeleteOne:

@@ -243,16 +243,13 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[Any]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two round trips."""
+        as one command, so this is at most two commands (one for a single put or delete)."""
         upserts = [op for op in plan.puts.values() if op.value is not None]
         deletes: list[Any] = [
             documents.delete_request(op.namespace, op.key)
             for op in plan.puts.values()
             if op.value is None
         ]
-        if upserts:
-            items = [(op.namespace, op.key) for op in upserts]
-            deletes.insert(0, documents.clear_expired_request(items, now))
         updates = [
             documents.put_request(
                 op.namespace,

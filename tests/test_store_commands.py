@@ -1,0 +1,158 @@
+"""Commands on the wire per store operation: a single put, delete or get is one command.
+
+Counted with a PyMongo command listener on the wire backend, and on mongomock from
+the requests each ``bulk_write`` carries (an ordered bulk write sends each run of
+one kind of request as one command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from langgraph.store.base import GetOp, PutOp, SearchOp
+from mongo_ckpt.store import MongoDBStore
+from mongo_ckpt.store import documents as store_documents
+from pymongo import DeleteMany, DeleteOne, InsertOne
+from pymongo.monitoring import CommandListener
+
+from tests.backends import sync_client, uri_for
+
+STORE_COMMANDS = {"find", "aggregate", "update", "delete", "insert"}
+
+
+class Commands(CommandListener):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: Any) -> None:
+        if event.command_name in STORE_COMMANDS:
+            self.names.append(event.command_name)
+
+    def succeeded(self, event: Any) -> None:
+        pass
+
+    def failed(self, event: Any) -> None:
+        pass
+
+
+def _runs(requests: list[Any]) -> list[str]:
+    kinds = [
+        "delete"
+        if isinstance(r, (DeleteOne, DeleteMany))
+        else "insert"
+        if isinstance(r, InsertOne)
+        else "update"
+        for r in requests
+    ]
+    return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+
+
+@pytest.fixture(params=["mock", "wire"])
+def counted(request: Any, db_name: str) -> Iterator[tuple[MongoDBStore, Any]]:
+    if request.param == "wire":
+        from pymongo import MongoClient
+
+        listener = Commands()
+        client = MongoClient(uri_for("wire"), directConnection=True, event_listeners=[listener])
+        store = MongoDBStore(client, db_name)
+        yield store, listener
+    else:
+        client = sync_client("mock")
+        store = MongoDBStore(client, db_name)
+        yield store, None
+    client.drop_database(db_name)
+    client.close()
+
+
+def _commands(store: MongoDBStore, listener: Any, action: Any) -> list[str]:
+    if listener is None:
+        counter = MockCommandsWrapper(store)
+        action()
+        return counter.names
+    listener.names.clear()
+    action()
+    return list(listener.names)
+
+
+class MockCommandsWrapper:
+    """Wraps the store collection so calls are recorded by kind of command."""
+
+    def __init__(self, store: MongoDBStore) -> None:
+        self.names: list[str] = []
+        inner = store.collections["store"]
+        names = self.names
+
+        class Recording:
+            def __getattr__(self, attr: str) -> Any:
+                method = getattr(inner, attr)
+                if attr == "bulk_write":
+
+                    def bulk_write(requests: list[Any], *args: Any, **kwargs: Any) -> Any:
+                        names.extend(_runs(list(requests)))
+                        return method(requests, *args, **kwargs)
+
+                    return bulk_write
+                if attr in STORE_COMMANDS:
+                    names.append(attr)
+                return method
+
+        store.collections["store"] = Recording()
+
+
+def test_single_operations_are_one_command_each(counted: tuple[MongoDBStore, Any]) -> None:
+    store, listener = counted
+    store.put(("users", "1"), "a", {"v": 0})
+    assert _commands(store, listener, lambda: store.put(("users", "1"), "new", {"v": 1})) == [
+        "update"
+    ]
+    assert _commands(store, listener, lambda: store.put(("users", "1"), "a", {"v": 2})) == [
+        "update"
+    ]
+    assert _commands(store, listener, lambda: store.get(("users", "1"), "a")) == ["find"]
+    assert _commands(store, listener, lambda: store.delete(("users", "1"), "a")) == ["delete"]
+    assert _commands(store, listener, lambda: store.search(("users",), filter={"v": 1})) == ["find"]
+    assert _commands(store, listener, lambda: store.list_namespaces()) == ["aggregate"]
+    mixed = [
+        GetOp(("users", "1"), "new"),
+        PutOp(("users", "2"), "b", {"v": 3}),
+        PutOp(("users", "1"), "new", None),
+        SearchOp(("users",)),
+    ]
+    assert _commands(store, listener, lambda: store.batch(mixed)) == [
+        "find",
+        "find",
+        "delete",
+        "update",
+    ]
+
+
+def test_put_over_an_expired_copy_is_one_command_and_a_new_item(
+    counted: tuple[MongoDBStore, Any],
+) -> None:
+    store, listener = counted
+    store.put(("t",), "k", {"v": 1}, ttl=1)
+    store.put(("t",), "live", {"v": 1}, ttl=1)
+    first = store.get(("t",), "live")
+    # Expire "k" in place, as if the TTL monitor had not run yet.
+    store.collections["store"].update_one(
+        {"key": "k"},
+        {
+            "$set": {
+                "expires_at": store_documents.utc_now() - timedelta(minutes=1),
+                "created_at": store_documents.utc_now() - timedelta(days=1),
+            }
+        },
+    )
+    assert store.get(("t",), "k") is None
+    assert _commands(store, listener, lambda: store.put(("t",), "k", {"v": 2})) == ["update"]
+    item = store.get(("t",), "k")
+    assert item.value == {"v": 2}
+    assert item.created_at == item.updated_at
+    assert "expires_at" not in store.collections["store"].find_one({"key": "k"})
+    store.put(("t",), "live", {"v": 2}, ttl=1)
+    again = store.get(("t",), "live")
+    assert again.created_at == first.created_at
+    assert again.value == {"v": 2}
