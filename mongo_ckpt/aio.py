@@ -25,6 +25,11 @@ class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):
         >>> await graph.ainvoke(inputs, {"configurable": {"thread_id": "1"}})
     """
 
+    async def setup(self) -> None:  # type: ignore[override]
+        """Create the indexes (idempotent; also done on first use): ``await saver.setup()``,
+        as on ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
+        await self.asetup()
+
     async def _arun(self, operation: Operation) -> Any:
         self._bind_running_loop()
         return await arun(self.collections, self._prepared(operation))

@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME
-from mongo_ckpt.layout import Layout
+from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
@@ -91,6 +91,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             logical: self.db[name] for logical, name in self.layout.by_logical().items()
         }
         self._is_setup = False
+
+    @property
+    def checkpoint_collection(self) -> Any:
+        """The checkpoints collection (the attribute of the official ``MongoDBSaver``)."""
+        return self.collections[CHECKPOINTS]
+
+    @property
+    def writes_collection(self) -> Any:
+        """The pending-writes collection (the attribute of the official ``MongoDBSaver``)."""
+        return self.collections[WRITES]
 
     @property
     def ops(self) -> CheckpointOperations:
@@ -211,7 +221,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
-        ancestors its DeltaChannels replay from); ``delete`` removes the threads."""
+        ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
+        removes the threads."""
         self._run(self.ops.prune(thread_ids, strategy))
 
     # -- async API ------------------------------------------------------------

@@ -22,12 +22,12 @@ class SyncClientOwner:
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, **kwargs: Any
+        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, *args: Any, **kwargs: Any
     ) -> Iterator[Self]:
         """An instance on a new ``MongoClient`` that is closed when the context exits."""
         client: MongoClient = MongoClient(conn_string)
         try:
-            yield cls(client, db_name, **kwargs)  # type: ignore[call-arg]
+            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
             client.close()
 
@@ -47,12 +47,12 @@ class AsyncClientOwner:
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, **kwargs: Any
+        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, *args: Any, **kwargs: Any
     ) -> AsyncIterator[Self]:
         """An instance on a new ``AsyncMongoClient`` that is closed when the context exits."""
         client: AsyncMongoClient = AsyncMongoClient(conn_string)
         try:
-            yield cls(client, db_name, **kwargs)
+            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
             await client.close()
 

@@ -11,7 +11,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    get_serializable_checkpoint_metadata,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne
@@ -59,7 +59,7 @@ _KEY_FIELDS = {
 }
 _KEYS_ONLY = {f: 1 for f in BLOB_KEY}
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 
 
 class CheckpointOperations:
@@ -141,7 +141,7 @@ class CheckpointOperations:
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
-        metadata = get_serializable_checkpoint_metadata(config, metadata)
+        metadata = get_checkpoint_metadata(config, metadata)
         blobs = blob_requests(
             thread_id, checkpoint_ns, checkpoint["channel_values"], new_versions, self.serde
         )
@@ -217,7 +217,7 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
-        if strategy == "delete":
+        if strategy in ("delete", "delete_all"):
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
             return

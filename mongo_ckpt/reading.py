@@ -83,7 +83,7 @@ def list_query(
                 f"metadata filter key {key!r} is not stored in plain form: add it to "
                 "filterable_metadata_keys when creating the saver"
             )
-        query[f"metadata.{key}"] = {"$eq": value}
+        query.update(_containment(f"metadata.{key}", value))
     before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
     if before_id is not None:
         bound = {"$lt": coerce_id(before_id, "before['configurable']['checkpoint_id']")}
@@ -91,6 +91,26 @@ def list_query(
             bound["$eq"] = query["checkpoint_id"]
         query["checkpoint_id"] = bound
     return query
+
+
+def _containment(path: str, value: Any) -> dict[str, Any]:
+    """``path`` contains ``value`` as in Postgres's JSONB ``@>``: a dict matches any
+    object holding at least its keys (recursively, in any order; ``{}`` any object),
+    anything else by equality. Dicts become one condition per dotted leaf path."""
+    if not isinstance(value, Mapping):
+        return {path: {"$eq": value}}
+    if not value:
+        return {path: {"$type": "object"}}
+    conditions: dict[str, Any] = {}
+    for key, item in value.items():
+        check_field_name(key, "metadata filter")
+        if "." in key:
+            raise ValueError(
+                f"metadata filter key {key!r} inside {path!r} contains '.', which "
+                "cannot be matched by containment"
+            )
+        conditions.update(_containment(f"{path}.{key}", item))
+    return conditions
 
 
 def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, TTLConfig, ensure_embeddings
+from langgraph.store.base import (
+    BaseStore,
+    IndexConfig,
+    Op,
+    Result,
+    TTLConfig,
+    ensure_embeddings,
+    validate_op_namespace,
+)
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
@@ -36,15 +44,23 @@ class MongoStoreBase(BaseStore):
     def __init__(
         self,
         client: Any,
-        db_name: str = DEFAULT_DB_NAME,
-        *,
+        db_name: Any = DEFAULT_DB_NAME,
         collection_name: str = "store",
+        ttl_config: TTLConfig | None = None,
+        index_config: IndexConfig | None = None,
+        *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         exact_search: bool = False,
         serde: SerializerProtocol | None = None,
+        auto_index_timeout: int | None = None,
     ) -> None:
         """``index``: semantic search (``IndexConfig``); ``ttl``: expiry (``TTLConfig``, minutes).
+
+        ``client`` may also be a collection (``MongoDBStore(collection, ttl_config=...,
+        index_config=...)``, as in langgraph-store-mongodb); ``ttl_config`` and
+        ``index_config`` are the official names of ``ttl`` and ``index``;
+        ``auto_index_timeout`` is accepted for compatibility and ignored.
 
         ``exact_search=True`` ranks every candidate exactly even where Atlas Vector Search
         exists: no search index, and new items are searchable at once (``$vectorSearch``
@@ -54,6 +70,14 @@ class MongoStoreBase(BaseStore):
         them instead of as BSON documents, and search filters run in Python on the values
         read back (same operators and results).
         """
+        if _is_collection(client):  # MongoDBStore(collection, ttl_config=..., index_config=...)
+            if isinstance(db_name, Mapping):  # the official positional order
+                db_name, ttl_config = DEFAULT_DB_NAME, db_name  # type: ignore[assignment]
+            collection_name = client.name
+            db_name = client.database.name
+            client = client.database.client
+        index = index if index is not None else index_config
+        ttl = ttl if ttl is not None else ttl_config
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
         if ttl and ttl.get("default_ttl") is not None and not ttl["default_ttl"] > 0:
@@ -108,7 +132,7 @@ class MongoStoreBase(BaseStore):
 
     def _run(self, operation: Operation) -> Any:
         if not self._is_setup:
-            self.setup()
+            self._setup_sync()
         return self._run_op(operation)
 
     async def _arun(self, operation: Operation) -> Any:
@@ -120,7 +144,10 @@ class MongoStoreBase(BaseStore):
 
     def setup(self) -> None:
         """Create the indexes and, where Atlas Vector Search exists, the vector index
-        (idempotent; also done on first use)."""
+        (idempotent; also done on first use). A coroutine on ``AsyncMongoDBStore``."""
+        self._setup_sync()
+
+    def _setup_sync(self) -> None:
         self._run_op(self.ops.create_indexes())
         if self.index_config and self.ops.vector_search is None:
             try:
@@ -131,7 +158,7 @@ class MongoStoreBase(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
-        plan = self.ops.plan(ops)
+        plan = self.ops.plan(_validated(ops))
         embedded = embed(self.embeddings, plan.embedding, self._dims)
         return self._run(self.ops.execute(plan, embedded))
 
@@ -162,7 +189,7 @@ class MongoStoreBase(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async ``batch``."""
-        plan = self.ops.plan(ops)
+        plan = self.ops.plan(_validated(ops))
         embedded = await aembed(self.embeddings, plan.embedding, self._dims)
         return await self._arun(self.ops.execute(plan, embedded))
 
@@ -177,6 +204,14 @@ class MongoStoreBase(BaseStore):
 
     # -- helpers --------------------------------------------------------------
 
+    def _sweep_interval_seconds(self, sweep_interval_minutes: float | None) -> float:
+        minutes = sweep_interval_minutes
+        if minutes is None:
+            minutes = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        if not minutes > 0:
+            raise ValueError(f"sweep_interval_minutes must be positive, got {minutes!r}")
+        return float(minutes) * 60
+
     @property
     def _dims(self) -> int:
         return self.index_config["dims"] if self.index_config else 0
@@ -184,3 +219,18 @@ class MongoStoreBase(BaseStore):
     def _without_vector_search(self, reason: Exception) -> None:
         logger.info("no Atlas Vector Search on this server (%s): exact vector search", reason)
         self.ops.vector_search = False
+
+
+def _validated(ops: Iterable[Op]) -> list[Op]:
+    """``ops``, each namespace checked as ``BaseStore``'s methods check it (ops given to
+    ``batch`` directly skip those checks)."""
+    ops = list(ops)
+    for op in ops:
+        validate_op_namespace(op)
+    return ops
+
+
+def _is_collection(obj: Any) -> bool:
+    """A PyMongo/Motor/mongomock collection (a client's ``__getattr__`` would answer
+    any attribute, so the type name decides)."""
+    return "Collection" in type(obj).__name__

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+from concurrent.futures import Future, TimeoutError
 from typing import Any
 
 from mongo_ckpt.store.base import MongoStoreBase
@@ -11,6 +14,8 @@ from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import SyncClientOwner
 from mongo_ckpt.drivers import run
 from mongo_ckpt.saver import MongoDBSaver
+
+logger = logging.getLogger(__name__)
 
 
 class MongoDBStore(SyncClientOwner, MongoStoreBase):
@@ -25,6 +30,48 @@ class MongoDBStore(SyncClientOwner, MongoStoreBase):
     """
 
     _saver_type = MongoDBSaver
+    _sweeper: Future | None = None
+    _sweeper_stop: threading.Event
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the
+        ``TTLConfig``'s ``sweep_interval_minutes``, else 5) in a daemon thread, as
+        ``PostgresStore`` does; the future completes when the sweeper stops."""
+        if self._sweeper is not None and not self._sweeper.done():
+            return self._sweeper
+        interval = self._sweep_interval_seconds(sweep_interval_minutes)
+        stop = self._sweeper_stop = threading.Event()
+        future: Future = Future()
+
+        def sweep_forever() -> None:
+            try:
+                while not stop.wait(interval):
+                    try:
+                        deleted = self.sweep_ttl()
+                        if deleted:
+                            logger.info("TTL sweep deleted %d expired items", deleted)
+                    except Exception:
+                        logger.exception("TTL sweep failed")
+            finally:
+                future.set_result(None)
+
+        threading.Thread(target=sweep_forever, name="mongo-ckpt-ttl-sweeper", daemon=True).start()
+        self._sweeper = future
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; ``True`` if it stopped within ``timeout`` seconds."""
+        future = self._sweeper
+        if future is None or future.done():
+            self._sweeper = None
+            return True
+        self._sweeper_stop.set()
+        try:
+            future.result(timeout)
+        except TimeoutError:
+            return False
+        self._sweeper = None
+        return True
 
     def _run_op(self, operation: Operation) -> Any:
         return run(self.collections, operation)
