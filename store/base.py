@@ -15,7 +15,7 @@ from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 
 logger = logging.getLogger(__name__)
 # What asking for search indexes raises where there is no Atlas Search
@@ -53,6 +53,7 @@ class MongoStoreBase(BaseStore):
         them instead of as BSON documents, and search filters run in Python on the values
         read back (same operators and results).
         """
+        adopt_client(self, client)
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
         if ttl and ttl.get("default_ttl") is not None and not ttl["default_ttl"] > 0:
