@@ -18,9 +18,15 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from pymongo.write_concern import WriteConcern
 
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.connection import (
+    DEFAULT_DB_NAME,
+    DEFAULT_WRITE_CONCERN,
+    adopt_client,
+    with_write_concern,
+)
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
 
@@ -49,6 +55,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         blobs_collection_name: str = "checkpoint_blobs",
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
+        write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
@@ -62,7 +69,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             only LangGraph's own when ``serde`` encrypts.
         sweep_interval: seconds between automatic sweeps when ``ttl`` is set
             (default: ``min(ttl, 3600)``).
+        write_concern: what the saver's writes wait for; default ``w="majority", j=True``
+            (``None``: the client's own).
         """
+        adopt_client(self, client)
         super().__init__(serde=serde)
         self.client = client
         self.db = client[db_name]
@@ -88,7 +98,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         else:
             self.filterable_metadata_keys = None
         self.collections: dict[str, Any] = {
-            logical: self.db[name] for logical, name in self.layout.by_logical().items()
+            logical: with_write_concern(self.db[name], write_concern)
+            for logical, name in self.layout.by_logical().items()
         }
         self._is_setup = False
 

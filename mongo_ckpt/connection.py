@@ -1,44 +1,166 @@
-"""What the savers and stores share about their client: owning one made from a URI,
-and, for the async classes, the event loop they run on."""
+"""What the savers and stores share about their client: checking it is of the class's
+mode, owning one made from a URI (with a bounded ``timeoutMS``), the write concern the
+savers write with, and, for the async classes, the event loop they run on."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from pymongo import AsyncMongoClient, MongoClient
+from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
 from mongo_ckpt.drivers import run_on_loop
 
 DEFAULT_DB_NAME = "checkpointing_db"
+# Every operation of a client made by ``from_conn_string`` (and the demo) gives up after
+# this many milliseconds unless the URI or a ``timeoutMS=`` keyword says otherwise.
+DEFAULT_TIMEOUT_MS = 10_000
+# What the savers write with unless given ``write_concern=``: acknowledged by a majority
+# of the replica set and journaled, so an acknowledged checkpoint survives a failover.
+DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True)
+
+Mode = Literal["sync", "async"]
+
+# (module prefix, class name) of the clients each mode accepts; matched along the MRO so
+# Motor and mongomock need not be installed (or imported) for the check.
+_ACCEPTED: dict[str, tuple[tuple[str, str], ...]] = {
+    "sync": (("pymongo", "MongoClient"), ("mongomock", "MongoClient")),
+    "async": (
+        ("pymongo", "AsyncMongoClient"),
+        ("motor", "AsyncIOMotorClient"),
+        ("mongomock_motor", "AsyncMongoMockClient"),
+    ),
+}
+_PARTNERS = {
+    "MongoDBSaver": "AsyncMongoDBSaver",
+    "AsyncMongoDBSaver": "MongoDBSaver",
+    "MongoDBStore": "AsyncMongoDBStore",
+    "AsyncMongoDBStore": "MongoDBStore",
+}
+_WANTED = {
+    "sync": "a synchronous MongoClient (pymongo.MongoClient or mongomock.MongoClient)",
+    "async": (
+        "an asynchronous client (pymongo.AsyncMongoClient, "
+        "motor.motor_asyncio.AsyncIOMotorClient or mongomock_motor.AsyncMongoMockClient)"
+    ),
+}
 
 
-class SyncClientOwner:
+def client_mode(client: Any) -> Mode | None:
+    """``"sync"`` or ``"async"`` for a supported client, ``None`` for anything else."""
+    for klass in type(client).__mro__:
+        module = klass.__module__.split(".")[0]
+        for mode, accepted in _ACCEPTED.items():
+            if (module, klass.__name__) in accepted:
+                return mode  # type: ignore[return-value]
+    return None
+
+
+def _qualname(obj: Any) -> str:
+    # mongomock-motor's clients are classes named after Motor's, built on its own class.
+    klass = next(
+        (k for k in type(obj).__mro__ if k.__module__.startswith("mongomock_motor")), type(obj)
+    )
+    module = klass.__module__.split(".")[0]
+    return klass.__name__ if module == "builtins" else f"{module}.{klass.__name__}"
+
+
+def check_client(owner: str, mode: Mode, client: Any) -> None:
+    """Raise ``TypeError`` unless ``client`` is a client of ``mode`` (before any I/O)."""
+    found = client_mode(client)
+    if found == mode:
+        return
+    message = f"{owner} needs {_WANTED[mode]}; got {_qualname(client)}"
+    if isinstance(client, str):
+        message += f" {client[:40]!r} — to connect to a URI use {owner}.from_conn_string(uri)"
+    elif found is not None and owner in _PARTNERS:
+        message += f" — use {_PARTNERS[owner]}"
+    raise TypeError(message)
+
+
+def with_write_concern(collection: Any, write_concern: WriteConcern | None) -> Any:
+    """``collection`` writing with ``write_concern``; as is when ``None`` or when the client
+    library has no write concerns (mongomock, mongomock-motor)."""
+    if write_concern is None:
+        return collection
+    modules = {klass.__module__.split(".")[0] for klass in type(collection).__mro__}
+    if modules & {"mongomock", "mongomock_motor"}:
+        return collection
+    try:
+        return collection.with_options(write_concern=write_concern)
+    except (AttributeError, TypeError, NotImplementedError):
+        return collection
+
+
+def _client_kwargs(conn_string: str, client_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    kwargs = dict(client_kwargs or {})
+    if "timeoutms" not in conn_string.lower() and not any(
+        k.lower() == "timeoutms" for k in kwargs
+    ):
+        kwargs["timeoutMS"] = DEFAULT_TIMEOUT_MS
+    return kwargs
+
+
+def adopt_client(owner: Any, client: Any) -> None:
+    """Called first by the saver and store constructors: check ``client`` against the
+    owner's ``client_mode`` and let an async owner note the running loop."""
+    adopt = getattr(owner, "_adopt_client", None)
+    if adopt is not None:
+        adopt(client)
+
+
+class ClientOwner:
+    """The mode a class's client must be of; ``_adopt_client`` checks it at construction."""
+
+    client_mode: ClassVar[Mode]
+
+    def _adopt_client(self, client: Any) -> None:
+        check_client(type(self).__name__, self.client_mode, client)
+
+
+class SyncClientOwner(ClientOwner):
     """``from_conn_string`` for classes built as ``cls(client, db_name, **kwargs)``."""
+
+    client_mode: ClassVar[Mode] = "sync"
 
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, *args: Any, **kwargs: Any
+        cls,
+        conn_string: str,
+        db_name: str = DEFAULT_DB_NAME,
+        *args: Any,
+        client_kwargs: dict[str, Any] | None = None,
+        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
+        **kwargs: Any,
     ) -> Iterator[Self]:
-        """An instance on a new ``MongoClient`` that is closed when the context exits."""
-        client: MongoClient = MongoClient(conn_string)
+        """An instance on a new ``MongoClient`` that is closed when the context exits.
+
+        The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
+        ``timeoutMS`` keyword or ``client_kwargs`` set it.
+        """
+        options = _client_kwargs(conn_string, client_kwargs)
+        if timeoutMS is not None:
+            options["timeoutMS"] = timeoutMS
+        client: MongoClient = MongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
             client.close()
 
 
-class AsyncClientOwner:
+class AsyncClientOwner(ClientOwner):
     """``from_conn_string`` on ``AsyncMongoClient``, and the loop sync calls are sent to."""
 
+    client_mode: ClassVar[Mode] = "async"
     loop: asyncio.AbstractEventLoop | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _adopt_client(self, client: Any) -> None:
+        super()._adopt_client(client)
         try:  # built inside the application's loop: sync calls from other threads work at once
             self.loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -47,10 +169,23 @@ class AsyncClientOwner:
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str, db_name: str = DEFAULT_DB_NAME, *args: Any, **kwargs: Any
+        cls,
+        conn_string: str,
+        db_name: str = DEFAULT_DB_NAME,
+        *args: Any,
+        client_kwargs: dict[str, Any] | None = None,
+        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
+        **kwargs: Any,
     ) -> AsyncIterator[Self]:
-        """An instance on a new ``AsyncMongoClient`` that is closed when the context exits."""
-        client: AsyncMongoClient = AsyncMongoClient(conn_string)
+        """An instance on a new ``AsyncMongoClient`` that is closed when the context exits.
+
+        The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
+        ``timeoutMS`` keyword or ``client_kwargs`` set it.
+        """
+        options = _client_kwargs(conn_string, client_kwargs)
+        if timeoutMS is not None:
+            options["timeoutMS"] = timeoutMS
+        client: AsyncMongoClient = AsyncMongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:

@@ -25,6 +25,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot, interrupt
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
+from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS
 
@@ -131,7 +132,9 @@ def open_client(uri: str | None) -> tuple[Any, str]:
 
         # Shown without credentials and options.
         where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
-        return AsyncMongoClient(uri), f"Backend: MongoDB at {where} (PyMongo AsyncMongoClient)."
+        options = {} if "timeoutms" in uri.lower() else {"timeoutMS": DEFAULT_TIMEOUT_MS}
+        where = f"Backend: MongoDB at {where} (PyMongo AsyncMongoClient)."
+        return AsyncMongoClient(uri, **options), where
     try:
         from mongomock_motor import AsyncMongoMockClient
     except ImportError as exc:

@@ -24,7 +24,7 @@ from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 
 logger = logging.getLogger(__name__)
 # What asking for search indexes raises where there is no Atlas Search
@@ -76,6 +76,7 @@ class MongoStoreBase(BaseStore):
             collection_name = client.name
             db_name = client.database.name
             client = client.database.client
+        adopt_client(self, client)
         index = index if index is not None else index_config
         ttl = ttl if ttl is not None else ttl_config
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
