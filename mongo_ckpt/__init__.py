@@ -2,6 +2,7 @@
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.drivers import ClientClosedError
+from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 
-__all__ = ["AsyncMongoDBSaver", "ClientClosedError", "MongoDBSaver"]
+__all__ = ["AsyncMongoDBSaver", "ClientClosedError", "MissingValueError", "MongoDBSaver"]

@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, WRITE_KEY, WRITES
+from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
 from mongo_ckpt.payload import join
 
 # LangGraph snapshots every delta channel at least this often (same variable and default).
@@ -32,10 +32,12 @@ def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ids_within(depth: Any) -> dict[str, Any]:
-    """Ids of the chain entries at most ``depth`` steps above the target."""
+def _ids_within(depth: Any, prefix: Any = None) -> dict[str, Any]:
+    """Ids of the chain entries at most ``depth`` steps above the target; with ``prefix``,
+    their write join keys (``prefix`` + id)."""
     within = {"$filter": {"input": "$chain", "as": "a", "cond": {"$lte": ["$$a.depth", depth]}}}
-    return {"$map": {"input": within, "as": "a", "in": "$$a.id"}}
+    item = {"$concat": [prefix, "$$a.id"]} if prefix is not None else "$$a.id"
+    return {"$map": {"input": within, "as": "a", "in": item}}
 
 
 def _seed_version(name: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +66,9 @@ def history_pipeline(
     ``$reduce``, ``$indexOfArray``, ``$sortArray`` or array-crossing paths.
     """
     names = [{"$literal": ch} for ch in channels]
+    # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
+    # to this thread and namespace.
+    prefix = {"$literal": thread_id + JOIN_SEP + checkpoint_ns + JOIN_SEP}
     deepest: Any = "$l0"
     for i in range(1, len(names)):
         deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
@@ -71,7 +76,7 @@ def history_pipeline(
     # are not evaluated as expressions by every backend.
     chain_item = {"$map": {"input": [0], "in": {"chain": _ids_within(deepest)}}}
     write_items = [
-        {"$map": {"input": [0], "in": {"channel": name, "ids": _ids_within(f"$l{i}")}}}
+        {"$map": {"input": [0], "in": {"channel": name, "ids": _ids_within(f"$l{i}", prefix)}}}
         for i, name in enumerate(names)
     ]
     seed_items = [
@@ -85,7 +90,16 @@ def history_pipeline(
                     }
                 },
                 "as": "a",
-                "in": {"channel": name, "version": _seed_version(name)},
+                "in": {
+                    "channel": name,
+                    "bj": {
+                        "$concat": [
+                            prefix,
+                            {"$literal": channels[i] + JOIN_SEP},
+                            _seed_version(name),
+                        ]
+                    },
+                },
             }
         }
         for i, name in enumerate(names)
@@ -160,8 +174,8 @@ def history_pipeline(
         {
             "$lookup": {
                 "from": collections[BLOBS],
-                "localField": "version",
-                "foreignField": "version",
+                "localField": "bj",
+                "foreignField": "join",
                 "as": "b",
             }
         },
@@ -170,7 +184,7 @@ def history_pipeline(
             "$lookup": {
                 "from": collections[WRITES],
                 "localField": "ids",
-                "foreignField": "checkpoint_id",
+                "foreignField": "join",
                 "as": "w",
             }
         },

@@ -10,9 +10,10 @@ import bson
 from bson import Binary
 from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from pymongo import UpdateOne
+from pymongo import DeleteMany, UpdateOne
 
 from mongo_ckpt.identifiers import as_id
+from mongo_ckpt.layout import blob_join, write_join
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -122,7 +123,12 @@ def blob_requests(
     new_versions: ChannelVersions,
     serde: SerializerProtocol,
 ) -> list[UpdateOne]:
-    """Upserts for the value of every channel in ``new_versions`` that has one."""
+    """Upserts for the value of every channel in ``new_versions`` that has one.
+
+    A version is written once: the head is inserted, never replaced, so a retried
+    put with different bytes for the same version reads back the first whole value.
+    Parts are keyed by the value's digest, so the two attempts never mix.
+    """
     requests = []
     for channel, version in new_versions.items():
         if channel not in values:
@@ -133,9 +139,12 @@ def blob_requests(
             "channel": channel,
             "version": version,
         }
+        join = blob_join(thread_id, checkpoint_ns, channel, version)
         for fields in split(*serde.dumps_typed(values[channel])):
             part = fields.pop("part")
-            requests.append(UpdateOne({**key, "part": part}, {"$set": fields}, upsert=True))
+            fields["join"] = join
+            update = {"$setOnInsert": fields}
+            requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
     return requests
 
 
@@ -146,14 +155,26 @@ def write_requests(
     task_path: str,
     serde: SerializerProtocol,
 ) -> list[UpdateOne]:
-    """Upserts for pending writes: special channels overwrite, regular ones never do."""
-    requests = []
+    """Upserts for pending writes: special channels overwrite, regular ones never do.
+
+    Parts are keyed by the value's digest and written before the head. A regular
+    write inserts its head only if none exists (first whole value wins); a special
+    channel replaces the head, swapping to the new parts in one document write,
+    then drops parts of earlier values.
+    """
+    requests: list[Any] = []
+    join = write_join(key["thread_id"], key["checkpoint_ns"], key["checkpoint_id"])
     for idx, (channel, value) in enumerate(writes):
         special = channel in WRITES_IDX_MAP
         write_key = {**key, "task_id": task_id, "idx": WRITES_IDX_MAP.get(channel, idx)}
+        vid = None
         for fields in split(*serde.dumps_typed(value)):
             part = fields.pop("part")
-            fields.update(channel=channel, task_path=task_path)
-            update = {"$set" if special else "$setOnInsert": fields}
+            vid = fields["vid"]
+            fields.update(channel=channel, task_path=task_path, join=join)
+            update = {"$set" if special and part == 0 else "$setOnInsert": fields}
             requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
+        if special:
+            stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": vid}}
+            requests.append(DeleteMany(stale))
     return requests

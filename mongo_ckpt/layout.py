@@ -27,6 +27,21 @@ BLOB_KEY = ("thread_id", "checkpoint_ns", "channel", "version")
 WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
 
 
+# Separates the fields of a join key; identifiers never contain it in practice, and
+# every join is filtered by thread and namespace again, so a collision costs bytes only.
+JOIN_SEP = "\x1f"
+
+
+def write_join(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    """The ``join`` field of a ``checkpoint_writes`` document."""
+    return JOIN_SEP.join((thread_id, checkpoint_ns, checkpoint_id))
+
+
+def blob_join(thread_id: str, checkpoint_ns: str, channel: str, version: object) -> str:
+    """The ``join`` field of a ``checkpoint_blobs`` document."""
+    return JOIN_SEP.join((thread_id, checkpoint_ns, channel, str(version)))
+
+
 def _unique(fields: tuple[str, ...], name: str) -> IndexModel:
     return IndexModel([(f, ASCENDING) for f in fields], unique=True, name=name)
 
@@ -41,12 +56,12 @@ def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
         ],
         layout.blobs: [
             _unique((*BLOB_KEY, "part"), "blob_key"),
-            # The delta-history pipeline looks seed values up by version alone.
-            IndexModel([("version", ASCENDING)], name="version"),
+            # Joins from checkpoints match (thread, namespace, channel, version).
+            IndexModel([("join", ASCENDING)], name="join"),
         ],
         layout.writes: [
             _unique((*WRITE_KEY, "part"), "write_key"),
-            # The delta-history pipeline looks writes up by checkpoint id alone.
-            IndexModel([("checkpoint_id", ASCENDING)], name="checkpoint_id"),
+            # Joins from checkpoints match (thread, namespace, checkpoint id).
+            IndexModel([("join", ASCENDING)], name="join"),
         ],
     }

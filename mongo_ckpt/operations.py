@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -33,11 +33,14 @@ from mongo_ckpt.layout import (
     WRITE_KEY,
     WRITES,
     Layout,
+    blob_join,
     index_models,
+    write_join,
 )
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
+    blob_keys_query,
     blobs_query,
     checkpoint_query,
     inactive_threads_pipeline,
@@ -57,7 +60,6 @@ _KEY_FIELDS = {
     BLOBS: (*BLOB_KEY, "part"),
     WRITES: (*WRITE_KEY, "part"),
 }
-_KEYS_ONLY = {f: 1 for f in BLOB_KEY}
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 
@@ -251,27 +253,40 @@ class CheckpointOperations:
         skeletons: Sequence[Mapping[str, Any]],
         doomed: Sequence[Mapping[str, Any]],
     ) -> Operation:
-        """Delete ``doomed`` checkpoints, their writes, and values no other checkpoint uses."""
+        """Delete ``doomed`` checkpoints, their writes, and the values only they use.
+
+        Values are deleted by exact key: the versions the doomed checkpoints name,
+        minus those a surviving checkpoint of the snapshot names. A value written
+        after the snapshot (a concurrent ``put``) is never a candidate. The one race
+        left: a concurrent ``put`` that forks from a doomed checkpoint and names an
+        existing version only doomed checkpoints named; its read then raises
+        ``MissingValueError`` rather than returning a partial state.
+        """
+        del thread_ids  # the exact keys below carry the threads
         if not doomed:
             return
         gone = {key_of(s) for s in doomed}
         query = keys_query(gone)
         yield from self._delete(query, query, None)
-        used = {
-            (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
-            for s in skeletons
-            if key_of(s) not in gone
-            for v in s.get("values", ())
-        }
-        threads = {"thread_id": {"$in": sorted(set(thread_ids))}}
-        blobs = yield Call(BLOBS, "find", (threads,), {"projection": _KEYS_ONLY})
-        unused = [doc["_id"] for doc in blobs if key_of(doc, BLOB_KEY) not in used]
+
+        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple]:
+            return {
+                (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
+                for s in checkpoints
+                for v in s.get("values", ())
+            }
+
+        unused = refs(doomed) - refs(s for s in skeletons if key_of(s) not in gone)
         if unused:
-            yield Call(BLOBS, "delete_many", ({**threads, "_id": {"$in": unused}},))
+            yield Call(BLOBS, "delete_many", (blob_keys_query(unused),))
 
 
 def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
     doc = {k: v for k, v in doc.items() if k != "_id"}
     doc["thread_id"] = target
+    if collection == BLOBS:
+        doc["join"] = blob_join(*key_of(doc, BLOB_KEY))
+    elif collection == WRITES:
+        doc["join"] = write_join(*key_of(doc))
     return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
 

@@ -1,13 +1,18 @@
 """Serialized payloads and their split into chunk documents.
 
 MongoDB refuses documents over 16 MiB. A payload larger than ``CHUNK_SIZE`` is
-stored as several documents sharing one logical key and numbered by ``part``;
-the head (``part`` 0) records how many parts there are, so a reader ignores
-parts left over from an earlier, longer value.
+stored as several documents sharing one logical key. Every part carries ``vid``,
+a digest of the whole value. The head (``part`` 0) holds the type, the part
+count and the first chunk; the other parts are keyed by ``"<vid>:<n>"``, so two
+attempts with different values never overwrite each other's parts. A reader
+joins a head only with the parts carrying the head's ``vid`` and checks the
+digest of the joined bytes: a value is read whole or not at all, never stitched
+from two attempts. Writers put the parts first and the head last.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -17,18 +22,45 @@ from bson import Binary
 CHUNK_SIZE = 8 * 1024 * 1024
 
 
-def split(type_: str, data: bytes, chunk_size: int = CHUNK_SIZE) -> Iterator[dict[str, Any]]:
-    """Yield the payload fields of each part document of one serialized value."""
-    parts = max(1, math.ceil(len(data) / chunk_size))
-    for part in range(parts):
+def digest(type_: str, data: bytes) -> str:
+    """The value id stored in every part: a digest of the type and the bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(type_.encode())
+    h.update(b"\0")
+    h.update(data)
+    return h.hexdigest()
+
+
+def split(type_: str, data: bytes, chunk_size: int | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the payload fields of each part document of one serialized value.
+
+    The head (``part`` 0) comes last, so writers that send requests in this order
+    never publish a head before the parts it names.
+    """
+    size = chunk_size or CHUNK_SIZE
+    vid = digest(type_, data)
+    parts = max(1, math.ceil(len(data) / size))
+    for n in [*range(1, parts), 0]:
         fields: dict[str, Any] = {
-            "part": part,
-            "data": Binary(data[part * chunk_size : (part + 1) * chunk_size]),
+            "part": f"{vid}:{n}" if n else 0,
+            "vid": vid,
+            "data": Binary(data[n * size : (n + 1) * size]),
         }
-        if part == 0:
+        if n == 0:
             fields["type"] = type_
             fields["parts"] = parts
         yield fields
+
+
+def _tail(doc: Mapping[str, Any]) -> tuple[Any, int] | None:
+    """``(vid, n)`` of a non-head part; ``None`` for a head."""
+    part = doc.get("part", 0)
+    if part == 0:
+        return None
+    if isinstance(part, str):
+        vid, _, n = part.rpartition(":")
+        return vid, int(n)
+    return None, int(part)  # written before values carried an id
 
 
 def join(
@@ -36,22 +68,28 @@ def join(
 ) -> dict[tuple, tuple[Mapping[str, Any], tuple[str, bytes]]]:
     """Group part documents by ``key_fields``: ``{key: (head document, (type, bytes))}``.
 
-    Values whose parts are not all present (an interrupted write) are left out.
+    A value is left out unless every part named by its head is present with the
+    head's value id and the joined bytes match the head's digest (an interrupted
+    or mixed write reads as absent, never as a stitched value).
     """
     heads: dict[tuple, Mapping[str, Any]] = {}
     tails: dict[tuple, dict[int, bytes]] = {}
     for doc in docs:
         key = tuple(doc[f] for f in key_fields)
-        if doc.get("part", 0) == 0:
+        tail = _tail(doc)
+        if tail is None:
             heads[key] = doc
         else:
-            tails.setdefault(key, {})[doc["part"]] = doc["data"]
+            tails.setdefault((*key, tail[0]), {})[tail[1]] = doc["data"]
     out: dict[tuple, tuple[Mapping[str, Any], tuple[str, bytes]]] = {}
     for key, head in heads.items():
-        rest = tails.get(key, {})
+        vid = head.get("vid")
+        rest = tails.get((*key, vid), {})
         parts = head.get("parts", 1)
         if any(p not in rest for p in range(1, parts)):
             continue
         data = b"".join([bytes(head["data"]), *(bytes(rest[p]) for p in range(1, parts))])
+        if vid is not None and digest(head["type"], data) != vid:
+            continue
         out[key] = (head, (head["type"], data))
     return out

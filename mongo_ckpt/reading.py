@@ -11,7 +11,7 @@ from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.identifiers import check_field_name, check_literal, coerce_id, thread_key
-from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY
+from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, WRITE_KEY
 from mongo_ckpt.payload import join
 
 LATEST = [("checkpoint_id", -1)]
@@ -33,18 +33,21 @@ def tuple_pipeline(query: Mapping[str, Any], writes_collection: str) -> list[dic
     """The checkpoint matching ``query`` (newest first) joined with its pending writes.
 
     One output document per write (the checkpoint fields repeated) so no result
-    document approaches the 16 MiB limit. Writes are looked up by checkpoint id;
-    copied threads share ids, so the caller keeps only its own thread's writes.
+    document approaches the 16 MiB limit. Writes are looked up by their ``join``
+    key (thread, namespace and checkpoint id), so copied threads sharing checkpoint
+    ids never bring each other's writes along.
     """
+    join = ["$thread_id", JOIN_SEP, "$checkpoint_ns", JOIN_SEP, "$checkpoint_id"]
     return [
         {"$match": query},
         {"$sort": {"checkpoint_id": -1}},
         {"$limit": 1},
+        {"$addFields": {"_join": {"$concat": join}}},
         {
             "$lookup": {
                 "from": writes_collection,
-                "localField": "checkpoint_id",
-                "foreignField": "checkpoint_id",
+                "localField": "_join",
+                "foreignField": "join",
                 "as": "write",
             }
         },
@@ -54,7 +57,7 @@ def tuple_pipeline(query: Mapping[str, Any], writes_collection: str) -> list[dic
 
 def split_joined(docs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
     """Split ``tuple_pipeline`` output into the checkpoint document and its writes."""
-    head = {k: v for k, v in docs[0].items() if k != "write"}
+    head = {k: v for k, v in docs[0].items() if k not in ("write", "_join")}
     key = key_of(head)[:2]
     writes = [d["write"] for d in docs if "write" in d and key_of(d["write"])[:2] == key]
     return head, writes
@@ -125,6 +128,24 @@ def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     return {"$or": [dict(zip(BLOB_KEY, ref)) for ref in sorted(refs, key=repr)]}
 
 
+def blob_keys_query(keys: Iterable[Key]) -> dict[str, Any]:
+    """Match the value documents (all parts) of exact ``(thread, ns, channel, version)`` keys,
+    one ``$in`` per thread, namespace and channel."""
+    groups: dict[tuple, list[Any]] = {}
+    for thread_id, checkpoint_ns, channel, version in keys:
+        groups.setdefault((thread_id, checkpoint_ns, channel), []).append(version)
+    clauses = [
+        {
+            "thread_id": t,
+            "checkpoint_ns": ns,
+            "channel": ch,
+            "version": {"$in": sorted(versions, key=repr)},
+        }
+        for (t, ns, ch), versions in sorted(groups.items())
+    ]
+    return clauses[0] if len(clauses) == 1 else {"$or": clauses}
+
+
 def writes_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``checkpoint_writes`` query for the pending writes of ``docs``."""
     return keys_query(key_of(doc) for doc in docs)
@@ -152,6 +173,18 @@ def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
     ]
 
 
+class MissingValueError(LookupError):
+    """A checkpoint names a channel value whose documents are missing or incomplete."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, channel: str, version: Any) -> None:
+        super().__init__(
+            f"checkpoint value missing: thread_id={thread_id!r} checkpoint_ns={checkpoint_ns!r} "
+            f"channel={channel!r} version={version!r}"
+        )
+        self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
+        self.channel, self.version = channel, version
+
+
 class Loaded:
     """Decoded blobs and writes of a page of checkpoints."""
 
@@ -176,8 +209,9 @@ class Loaded:
         values = {}
         for ref in doc.get("values", ()):
             typed = self.blobs.get((thread_id, checkpoint_ns, ref["channel"], ref["version"]))
-            if typed is not None:
-                values[ref["channel"]] = self.serde.loads_typed(typed)
+            if typed is None:
+                raise MissingValueError(thread_id, checkpoint_ns, ref["channel"], ref["version"])
+            values[ref["channel"]] = self.serde.loads_typed(typed)
         checkpoint["channel_values"] = values
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(

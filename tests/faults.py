@@ -1,0 +1,134 @@
+"""Fault injection for the checkpointer's collections (this module holds no tests).
+
+``Faults`` wraps ``saver.collections`` in place. Each collection method call is
+numbered across all collections; a ``Fault`` armed for call ``n`` makes that call
+fail in one of three ways:
+
+- ``before``: raise ``AutoReconnect`` without sending anything;
+- ``cut``: a ``bulk_write`` applies its first ``k`` requests, then ``AutoReconnect``
+  (a connection lost in the middle of an unordered batch);
+- ``after``: the server applies the call, then the reply is lost (``AutoReconnect``).
+
+``Interleave`` runs a hook before every call but the first of an operation (a
+concurrent writer landing between two steps). Both work on sync collections and,
+by returning awaitables, on async ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from pymongo.errors import AutoReconnect
+
+MODES = ("before", "cut", "after")
+
+
+@dataclass
+class Fault:
+    call: int  # the 0-based number of the call that fails
+    mode: str  # one of MODES
+    k: int = 0  # for "cut": requests applied before the failure
+
+
+class _Proxy:
+    def __init__(self, inner: Any, name: str, owner: Any) -> None:
+        self._inner, self._name, self._owner = inner, name, owner
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._inner, attr)
+        if not callable(value) or attr.startswith("_"):
+            return value
+        return lambda *args, **kwargs: self._owner.invoke(self._name, attr, value, args, kwargs)
+
+
+def _fail(result: Any) -> Any:
+    """Raise ``AutoReconnect`` once ``result`` (maybe awaitable) has been completed."""
+    if inspect.isawaitable(result):
+
+        async def finish() -> Any:
+            await result
+            raise AutoReconnect("reply lost (injected)")
+
+        return finish()
+    raise AutoReconnect("reply lost (injected)")
+
+
+class Faults:
+    """Wraps ``collections`` in place; ``arm`` a fault, read ``calls`` afterwards."""
+
+    def __init__(self, collections: dict[str, Any]) -> None:
+        self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
+        self.fault: Fault | None = None
+        self.fired = False
+        self._collections = collections
+        self._originals = dict(collections)
+        for name, coll in self._originals.items():
+            collections[name] = _Proxy(coll, name, self)
+
+    def restore(self) -> None:
+        self._collections.update(self._originals)
+
+    def arm(self, fault: Fault | None) -> None:
+        self.calls, self.fault, self.fired = [], fault, False
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        number = len(self.calls)
+        size = len(args[0]) if attr == "bulk_write" else 0
+        self.calls.append((name, attr, size))
+        fault = self.fault
+        if fault is None or fault.call != number:
+            return method(*args, **kwargs)
+        self.fired = True
+        if fault.mode == "before":
+            raise AutoReconnect("connection lost before the call (injected)")
+        if fault.mode == "after":
+            return _fail(method(*args, **kwargs))
+        assert attr == "bulk_write", f"cut applies to bulk_write, not {attr}"
+        requests = list(args[0])[: fault.k]
+        if not requests:
+            raise AutoReconnect("connection lost before any request (injected)")
+        return _fail(method(requests, *args[1:], **kwargs))
+
+
+class Interleave:
+    """Runs ``hook()`` before every collection call except the first (sync collections)."""
+
+    def __init__(self, collections: dict[str, Any], hook: Callable[[], None]) -> None:
+        self.hook, self.count = hook, 0
+        self._collections = collections
+        self._originals = dict(collections)
+        for name, coll in self._originals.items():
+            collections[name] = _Proxy(coll, name, self)
+
+    def restore(self) -> None:
+        self._collections.update(self._originals)
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        if self.count:
+            self.hook()
+        self.count += 1
+        return method(*args, **kwargs)
+
+
+class ByteCounter:
+    """Sums the BSON size of every document ``find``/``aggregate`` return (sync collections)."""
+
+    def __init__(self, collections: dict[str, Any]) -> None:
+        self.bytes = 0
+        for name, coll in dict(collections).items():
+            collections[name] = _Proxy(coll, name, self)
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        result = method(*args, **kwargs)
+        if attr not in ("find", "aggregate"):
+            return result
+        return self._counted(result)
+
+    def _counted(self, cursor: Any) -> Any:
+        for doc in cursor:
+            self.bytes += len(bson.encode(doc))
+            yield doc
