@@ -46,16 +46,16 @@ MAX_LIMIT = 2**63 - 1
 """Largest ``limit`` (and ``offset``) a query accepts: MongoDB reads them as 64-bit ints."""
 
 
-def check_limit(limit: Any, name: str = "limit", *, optional: bool = True) -> None:
+def check_limit(limit: Any, name: str = "limit") -> None:
     """Refuse a page size MongoDB cannot take (a non-int, or beyond ``MAX_LIMIT``)."""
-    if limit is None and optional:
+    if limit is None:
         return
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise TypeError(f"{name} must be an int, got {type(limit).__name__}: {limit!r}")
     if limit > MAX_LIMIT:
         raise ValueError(
             f"{name} must be at most 2**63 - 1 ({MAX_LIMIT}), got {limit}; "
-            "pass None (saver list) or a smaller number for no practical limit"
+            "pass a smaller number, or limit=None for no limit"
         )
 
 
