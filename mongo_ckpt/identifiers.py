@@ -46,16 +46,16 @@ MAX_LIMIT = 2**63 - 1
 """Largest ``limit`` (and ``offset``) a query accepts: MongoDB reads them as 64-bit ints."""
 
 
-def check_limit(limit: Any, name: str = "limit", *, optional: bool = True) -> None:
+def check_limit(limit: Any, name: str = "limit") -> None:
     """Refuse a page size MongoDB cannot take (a non-int, or beyond ``MAX_LIMIT``)."""
-    if limit is None and optional:
+    if limit is None:
         return
     if not isinstance(limit, int) or isinstance(limit, bool):
         raise TypeError(f"{name} must be an int, got {type(limit).__name__}: {limit!r}")
     if limit > MAX_LIMIT:
         raise ValueError(
             f"{name} must be at most 2**63 - 1 ({MAX_LIMIT}), got {limit}; "
-            "pass None (saver list) or a smaller number for no practical limit"
+            "pass a smaller number, or limit=None for no limit"
         )
 
 
@@ -96,14 +96,30 @@ def check_field_name(key: Any, where: str) -> str:
     return key
 
 
-def check_literal(value: Any, where: str) -> None:
-    """Refuse nested documents whose keys would be read as query operators, and regular
-    expressions (which the server would apply as a pattern match, not compare)."""
+def check_filter_value(value: Any, where: str) -> None:
+    """``check_literal``, and refuse regular expressions anywhere in ``value``: in a query
+    the server applies them as a pattern match (and an encrypted store, evaluating
+    filters in Python, would not), where filters promise equality."""
+    _check_no_regex(value, where)
+    check_literal(value, where)
+
+
+def _check_no_regex(value: Any, where: str) -> None:
     if isinstance(value, (re.Pattern, Regex)):
         raise TypeError(
             f"{where} must not be a regular expression ({type(value).__name__}: {value!r}): "
             "filters compare values for equality only; pass the exact value to match"
         )
+    if isinstance(value, Mapping):
+        for v in value.values():
+            _check_no_regex(v, where)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_no_regex(v, where)
+
+
+def check_literal(value: Any, where: str) -> None:
+    """Refuse nested documents whose keys would be read as query operators."""
     if isinstance(value, Mapping):
         for k, v in value.items():
             check_field_name(k, where)

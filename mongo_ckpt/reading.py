@@ -10,7 +10,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from mongo_ckpt.identifiers import check_field_name, check_literal, coerce_id, thread_key
+from mongo_ckpt.identifiers import (
+    check_field_name,
+    check_filter_value,
+    coerce_id,
+    thread_key,
+)
 from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, WRITE_KEY
 from mongo_ckpt.payload import join
 
@@ -80,7 +85,7 @@ def list_query(
             query["checkpoint_id"] = checkpoint_id
     for key, value in (filter or {}).items():
         check_field_name(key, "metadata filter")
-        check_literal(value, "metadata filter value")
+        check_filter_value(value, "metadata filter value")
         if filterable_keys is not None and key.split(".")[0] not in filterable_keys:
             raise ValueError(
                 f"metadata filter key {key!r} is not stored in plain form: add it to "

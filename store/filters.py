@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from operator import ge, gt, le, lt
 from typing import Any
 
-from mongo_ckpt.identifiers import check_field_name, check_literal
+from mongo_ckpt.identifiers import check_field_name, check_filter_value
 
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 OPERATORS = (*COMPARISONS, "$in", "$nin", "$exists")
@@ -49,7 +49,7 @@ def _translate(filter: Mapping[str, Any], parent: str, clauses: list[dict[str, A
         elif isinstance(expected, Mapping):  # ``{}`` matches any sub-document
             clauses.append({path: {"$type": "object"}})
         else:
-            check_literal(expected, "search filter value")
+            check_filter_value(expected, "search filter value")
             clauses.append({path: expected})
 
 
@@ -79,7 +79,7 @@ def _operators(key: str, conditions: Mapping[str, Any]) -> dict[str, Any]:
             operand = list(operand)
         elif operator == "$exists" and not isinstance(operand, bool):
             raise ValueError(f"search filter $exists on {key!r} needs True or False")
-        check_literal(operand, "search filter value")
+        check_filter_value(operand, "search filter value")
         translated[operator] = operand
     return translated
 

@@ -299,3 +299,12 @@ def _check_ttl(ttl: Any) -> None:
         return
     if not isinstance(ttl, (int, float)) or isinstance(ttl, bool) or not ttl > 0:
         raise ValueError(f"ttl must be a positive number of minutes or None, got {ttl!r}")
+    if not ttl <= MAX_TTL_MINUTES:  # inf would overflow the expiry date
+        raise ValueError(
+            f"ttl must be at most {MAX_TTL_MINUTES} minutes (100 years), got {ttl!r}; "
+            "pass ttl=None for an item that never expires"
+        )
+
+
+MAX_TTL_MINUTES = 100 * 365 * 24 * 60
+"""Largest item ``ttl`` (minutes) ``put`` accepts."""

@@ -244,7 +244,18 @@ async def check_store_huge_value(s: StoreApi) -> None:
     await s.refuses(lambda: s.batch(batch), ValueError, "15 MiB")
 
 
+async def check_store_ttl_beyond_maximum(s: StoreApi) -> None:
+    await s.put(("a",), "k", {"v": 1})
+    for ttl in (float("inf"), 1e12):
+        await s.refuses(
+            lambda t=ttl: s.put(("a",), "k", {"v": 2}, ttl=t),
+            ValueError,
+            "at most 52560000 minutes",
+        )
+
+
 STORE_CHECKS = [
+    check_store_ttl_beyond_maximum,
     check_store_str_subclass,
     check_store_dict_namespace,
     check_store_literal_suffix,
