@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
+from pymongo.errors import InvalidOperation
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, platform
@@ -71,7 +72,7 @@ async def test_platform_entry_points_run_a_graph(env: str) -> None:
         client = saver.client
         await client.drop_database(env)
     assert sweeper.done()
-    with pytest.raises(Exception):  # the client is closed on exit
+    with pytest.raises(InvalidOperation):  # the client is closed on exit
         await client[env].command("ping")
 
 
