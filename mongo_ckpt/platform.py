@@ -1,0 +1,165 @@
+"""Entry points for LangGraph Platform / ``langgraph dev`` (``langgraph.json``)::
+
+    "checkpointer": {"path": "mongo_ckpt.platform.checkpointer"},
+    "store": {"path": "mongo_ckpt.platform.store"}
+
+Each is a zero-argument callable returning an async context manager, entered once
+per event loop: it opens its own ``AsyncMongoClient`` from the environment, awaits
+``setup()``, yields the saver/store and closes the client on exit. The store's TTL
+sweeper runs while the context is open. Variables (see docs/platform.md):
+
+- ``MONGODB_URI`` (else ``LS_MONGODB_URI``): the connection string (required).
+- ``MONGO_CKPT_DB``: database name (default ``checkpointing_db``).
+- ``MONGO_CKPT_CHECKPOINTS_COLLECTION`` / ``MONGO_CKPT_WRITES_COLLECTION`` /
+  ``MONGO_CKPT_BLOBS_COLLECTION``: the saver's collections.
+- ``MONGO_CKPT_TTL_SECONDS``: the saver's thread ttl (seconds of inactivity).
+- ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``).
+- ``MONGO_CKPT_STORE_TTL_MINUTES``: the store's ``default_ttl`` (minutes).
+- ``MONGO_CKPT_STORE_SWEEP_MINUTES``: minutes between TTL sweeps (default 5).
+- ``MONGO_CKPT_STORE_REFRESH_ON_READ``: ``true``/``false`` (default ``true``).
+- ``MONGO_CKPT_STORE_INDEX_DIMS`` + ``MONGO_CKPT_STORE_INDEX_EMBED`` (e.g.
+  ``openai:text-embedding-3-small``) + optional ``MONGO_CKPT_STORE_INDEX_FIELDS``
+  (comma-separated): semantic search.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from langgraph.store.base import IndexConfig, TTLConfig
+from pymongo import AsyncMongoClient
+
+from mongo_ckpt.aio import AsyncMongoDBSaver
+from mongo_ckpt.connection import DEFAULT_DB_NAME
+
+__all__ = ["checkpointer", "store"]
+
+
+class ConfigurationError(RuntimeError):
+    """The environment lacks what an entry point needs."""
+
+
+def _uri(env: Mapping[str, str]) -> str:
+    uri = env.get("MONGODB_URI") or env.get("LS_MONGODB_URI")
+    if not uri:
+        raise ConfigurationError(
+            "mongo_ckpt.platform needs a MongoDB connection string: set MONGODB_URI "
+            "(or LS_MONGODB_URI), e.g. MONGODB_URI=mongodb://localhost:27017"
+        )
+    return uri
+
+
+def _number(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigurationError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``AsyncMongoDBSaver`` arguments the environment sets."""
+    kwargs: dict[str, Any] = {"db_name": env.get("MONGO_CKPT_DB") or DEFAULT_DB_NAME}
+    for var, arg in (
+        ("MONGO_CKPT_CHECKPOINTS_COLLECTION", "checkpoint_collection_name"),
+        ("MONGO_CKPT_WRITES_COLLECTION", "writes_collection_name"),
+        ("MONGO_CKPT_BLOBS_COLLECTION", "blobs_collection_name"),
+    ):
+        if env.get(var):
+            kwargs[arg] = env[var]
+    ttl = _number(env, "MONGO_CKPT_TTL_SECONDS")
+    if ttl is not None:
+        kwargs["ttl"] = ttl
+    return kwargs
+
+
+def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``AsyncMongoDBStore`` arguments the environment sets."""
+    kwargs: dict[str, Any] = {
+        "db_name": env.get("MONGO_CKPT_DB") or DEFAULT_DB_NAME,
+        "collection_name": env.get("MONGO_CKPT_STORE_COLLECTION") or "store",
+    }
+    ttl: TTLConfig = {}
+    default_ttl = _number(env, "MONGO_CKPT_STORE_TTL_MINUTES")
+    if default_ttl is not None:
+        ttl["default_ttl"] = default_ttl
+    sweep = _number(env, "MONGO_CKPT_STORE_SWEEP_MINUTES")
+    if sweep is not None:
+        ttl["sweep_interval_minutes"] = sweep  # type: ignore[typeddict-item]
+    refresh = env.get("MONGO_CKPT_STORE_REFRESH_ON_READ")
+    if refresh:
+        if refresh.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigurationError(
+                f"MONGO_CKPT_STORE_REFRESH_ON_READ must be true or false, got {refresh!r}"
+            )
+        ttl["refresh_on_read"] = refresh.lower() in ("true", "1", "yes")
+    if ttl:
+        ttl.setdefault("refresh_on_read", True)
+        kwargs["ttl"] = ttl
+    dims = env.get("MONGO_CKPT_STORE_INDEX_DIMS")
+    if dims:
+        embed = env.get("MONGO_CKPT_STORE_INDEX_EMBED")
+        if not dims.isdigit() or not embed:
+            raise ConfigurationError(
+                "semantic search needs MONGO_CKPT_STORE_INDEX_DIMS (a positive integer) and "
+                "MONGO_CKPT_STORE_INDEX_EMBED (e.g. openai:text-embedding-3-small)"
+            )
+        index: IndexConfig = {"dims": int(dims), "embed": embed}
+        fields = env.get("MONGO_CKPT_STORE_INDEX_FIELDS")
+        if fields:
+            index["fields"] = [f.strip() for f in fields.split(",") if f.strip()]
+        kwargs["index"] = index
+    return kwargs
+
+
+@asynccontextmanager
+async def _checkpointer() -> AsyncIterator[AsyncMongoDBSaver]:
+    env = os.environ
+    uri = _uri(env)
+    kwargs = saver_kwargs(env)
+    client: AsyncMongoClient = AsyncMongoClient(uri)
+    try:
+        saver = AsyncMongoDBSaver(client, kwargs.pop("db_name"), **kwargs)
+        await saver.setup()
+        yield saver
+    finally:
+        await client.close()
+
+
+@asynccontextmanager
+async def _store() -> AsyncIterator[Any]:
+    from mongo_ckpt.store import AsyncMongoDBStore
+
+    env = os.environ
+    uri = _uri(env)
+    kwargs = store_kwargs(env)
+    client: AsyncMongoClient = AsyncMongoClient(uri)
+    try:
+        store = AsyncMongoDBStore(client, kwargs.pop("db_name"), **kwargs)
+        await store.setup()
+        if store.ttl_config:
+            await store.start_ttl_sweeper()
+        try:
+            yield store
+        finally:
+            await store.stop_ttl_sweeper()
+    finally:
+        await client.close()
+
+
+def checkpointer() -> Any:
+    """An async context manager of an ``AsyncMongoDBSaver`` configured from the environment."""
+    return _checkpointer()
+
+
+def store() -> Any:
+    """An async context manager of an ``AsyncMongoDBStore`` configured from the environment."""
+    return _store()
