@@ -21,7 +21,6 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
@@ -32,15 +31,13 @@ async def maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class Api:
-    """A saver behind async methods: ``await api.put(...)`` calls ``aput`` on an async
-    saver and ``put`` on a sync one. Raw-collection helpers bypass the saver (and any
-    ``count_calls`` wrapper on ``saver.collections``).
-    """
+class Awaitable:
+    """An object whose methods are called through ``await wrapper.name(...)``: ``aname`` on
+    an async object (``Async...`` classes), ``name`` on a sync one."""
 
-    def __init__(self, saver: Any) -> None:
-        self.saver = saver
-        self.is_async = isinstance(saver, AsyncMongoDBSaver)
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.is_async = type(target).__name__.startswith("Async")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -49,8 +46,19 @@ class Api:
 
     async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
-            return await getattr(self.saver, f"a{name}")(*args, **kwargs)
-        return getattr(self.saver, name)(*args, **kwargs)
+            return await getattr(self.target, f"a{name}")(*args, **kwargs)
+        return getattr(self.target, name)(*args, **kwargs)
+
+
+class Api(Awaitable):
+    """A saver behind async methods: ``await api.put(...)`` calls ``aput`` on an async
+    saver and ``put`` on a sync one. Raw-collection helpers bypass the saver (and any
+    ``count_calls`` wrapper on ``saver.collections``).
+    """
+
+    def __init__(self, saver: Any) -> None:
+        super().__init__(saver)
+        self.saver = saver
 
     def variant(self, db_name: str | None = None, **kwargs: Any) -> Api:
         """Another saver of the same kind on the same client (same database by default)."""

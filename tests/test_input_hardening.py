@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import pytest
@@ -27,7 +26,7 @@ from mongo_ckpt.store.operations import STORE
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import CHECKPOINTS
 from tests.backends import count_calls, total
-from tests.saver_support import Api, put_chain
+from tests.saver_support import Api, Awaitable, put_chain
 from tests.test_saver_input_validation import refuses, untouched
 
 MIB = 2**20
@@ -139,22 +138,12 @@ async def test_saver_sync(saver: MongoDBSaver, check: Callable[[Api], Any]) -> N
 # -- store ------------------------------------------------------------------------
 
 
-class StoreApi:
+class StoreApi(Awaitable):
     """A store behind async methods: ``await s.put(...)`` is ``aput`` or ``put``."""
 
     def __init__(self, store: Any) -> None:
+        super().__init__(store)
         self.store = store
-        self.is_async = isinstance(store, AsyncMongoDBStore)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return partial(self.call, name)
-
-    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if self.is_async:
-            return await getattr(self.store, f"a{name}")(*args, **kwargs)
-        return getattr(self.store, name)(*args, **kwargs)
 
     async def items(self) -> list[tuple[Any, ...]]:
         cursor = self.store.collections[STORE].find({})
