@@ -230,6 +230,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Delete every thread idle for longer than ``ttl`` seconds; return their ids."""
         return self._run(self.ops.sweep_expired(self._require_ttl()))
 
+    def backfill_join_keys(self) -> int:
+        """Add the thread-scoped ``join`` key to value and write documents written by an
+        earlier version (reads join on it); returns how many documents were updated."""
+        return self._run(self.ops.backfill_join_keys())
+
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
@@ -286,6 +291,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async ``delete_for_runs``."""
         await self._arun(self.ops.delete_for_runs(run_ids))
+
+    async def abackfill_join_keys(self) -> int:
+        """Async ``backfill_join_keys``."""
+        return await self._arun(self.ops.backfill_join_keys())
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""

@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from pymongo import ReplaceOne
+from pymongo import ReplaceOne, UpdateOne
 
 from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
@@ -212,6 +212,27 @@ class CheckpointOperations:
             while docs := (yield NextBatch(cursor, COPY_BATCH)):
                 requests = [_copy_request(collection, doc, target) for doc in docs]
                 yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+
+    def backfill_join_keys(self) -> Operation:
+        """Add the ``join`` key to value and write documents stored before it existed."""
+        updated = 0
+        for collection, fields, build in (
+            (BLOBS, BLOB_KEY, blob_join),
+            (WRITES, WRITE_KEY[:3], write_join),
+        ):
+            query = {"join": {"$exists": False}}
+            projection = {f: 1 for f in fields}
+            cursor = yield Call(
+                collection, "find", (query,), {"projection": projection}, stream=True
+            )
+            while docs := (yield NextBatch(cursor, COPY_BATCH)):
+                requests = [
+                    UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
+                    for d in docs
+                ]
+                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                updated += len(requests)
+        return updated
 
     def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation:
         ids = coerce_ids(thread_ids, "thread_ids")

@@ -18,6 +18,7 @@ from pymongo.errors import AutoReconnect
 from mongo_ckpt import MissingValueError, MongoDBSaver, payload
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
 from tests.faults import Fault, Faults, Interleave
+from tests.saver_support import Api
 
 CHUNK = 64
 A = random.Random(1).randbytes(5 * CHUNK)
@@ -222,3 +223,33 @@ def test_delete_for_runs_keeps_values_of_a_concurrent_put(saver: MongoDBSaver) -
     assert calls >= 3
     assert writer.assert_readable() == 1 + (calls - 1)
     assert saver.collections[CHECKPOINTS].count_documents({"run_id": "doomed"}) == 0
+
+
+# -- real sizes: values over MongoDB's 16 MiB document limit -------------------------
+
+MB = 1024 * 1024
+BIG_A = random.Random(3).randbytes(20 * MB)
+BIG_B = random.Random(4).randbytes(20 * MB)
+
+
+async def check_big_write_cut_then_retried(target) -> None:
+    api = Api(target)
+    stored = await api.put(generate_config("big"), generate_checkpoint(), generate_metadata(), {})
+    faults = Faults(target.collections)
+    faults.arm(Fault(0, "cut", 1))  # one tail part of A lands, then the connection drops
+    with pytest.raises(AutoReconnect):
+        await api.put_writes(stored, [("big", BIG_A)], "task")
+    faults.restore()
+    assert faults.fired
+    assert (await api.get_tuple(stored)).pending_writes == []
+    await api.put_writes(stored, [("big", BIG_B)], "task")
+    assert (await api.get_tuple(stored)).pending_writes == [("task", "big", BIG_B)]
+    await api.delete_thread("big")
+
+
+async def test_big_write_cut_then_retried_with_another_value_sync(saver) -> None:
+    await check_big_write_cut_then_retried(saver)
+
+
+async def test_big_write_cut_then_retried_with_another_value_async(asaver) -> None:
+    await check_big_write_cut_then_retried(asaver)
