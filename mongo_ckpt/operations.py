@@ -152,7 +152,8 @@ class CheckpointOperations:
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs:  # values first: a reader never sees a checkpoint without its values
-            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": False})
+            # Ordered, so each value's head is applied only after its parts (payload.py).
+            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": True})
         yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
         return {"configurable": key}
 
@@ -173,7 +174,7 @@ class CheckpointOperations:
         task_id = coerce_id(task_id, "task_id")
         requests = write_requests(key, writes, task_id, task_path or "", self.serde)
         if requests:
-            yield Call(WRITES, "bulk_write", (requests,), {"ordered": False})
+            yield Call(WRITES, "bulk_write", (requests,), {"ordered": True})
 
     def delete_thread(self, thread_id: str) -> Operation:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
