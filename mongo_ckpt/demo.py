@@ -48,6 +48,27 @@ class MissingBackendError(RuntimeError):
     """No MongoDB URI was given and the in-process backend is not installed."""
 
 
+class UnreachableServerError(MissingBackendError):
+    """The server at the given URI did not answer a ``ping`` in time."""
+
+
+SERVER_SELECTION_TIMEOUT_MS = 3_000
+
+
+def unreachable_message(where: str, error: BaseException) -> str:
+    """One paragraph: what was tried, what to check, how to run without a server."""
+    reason = str(error).split(" (configured")[0].split(", Timeout:")[0][:200]
+    return (
+        f"mongo-ckpt demo: could not reach MongoDB at {where} within "
+        f"{SERVER_SELECTION_TIMEOUT_MS // 1000} s ({type(error).__name__}: {reason}). "
+        "Check that the server is running and reachable at that address (for the bundled "
+        "one: docker compose -f docker/compose.yml up -d --wait), and that the URI's host, "
+        "port and credentials are right (add ?directConnection=true for a single node). "
+        "To run the demo without a server, unset MONGODB_URI (and drop --uri): it then "
+        "runs in process on mongomock-motor."
+    )
+
+
 # -- the agent -----------------------------------------------------------------
 
 
@@ -132,7 +153,9 @@ def open_client(uri: str | None) -> tuple[Any, str]:
 
         # Shown without credentials and options.
         where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
-        options = {} if "timeoutms" in uri.lower() else {"timeoutMS": DEFAULT_TIMEOUT_MS}
+        options: dict[str, Any] = {"serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS}
+        if "timeoutms" not in uri.lower():
+            options["timeoutMS"] = DEFAULT_TIMEOUT_MS
         where = f"Backend: MongoDB at {where} (PyMongo AsyncMongoClient)."
         return AsyncMongoClient(uri, **options), where
     try:
@@ -281,6 +304,8 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
     client, backend = open_client(uri)
     try:
         print(backend, file=out)
+        if uri:
+            await _ping(client, backend)
         await _maybe_await(client.drop_database(db_name))
         saver = AsyncMongoDBSaver(client, db_name)
         await saver.asetup()
@@ -293,6 +318,19 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
             print(f"\nThe data stays in database {db_name!r} for you to inspect.", file=out)
     finally:
         await _maybe_await(client.close())
+
+
+async def _ping(client: Any, backend: str) -> None:
+    import pymongo
+    from pymongo.errors import PyMongoError
+
+    where = backend.removeprefix("Backend: MongoDB at ").split(" (")[0]
+    try:
+        # timeoutMS, when set, bounds server selection instead of serverSelectionTimeoutMS.
+        with pymongo.timeout(SERVER_SELECTION_TIMEOUT_MS / 1000):
+            await client.admin.command("ping")
+    except PyMongoError as exc:
+        raise UnreachableServerError(unreachable_message(where, exc)) from None
 
 
 def _thread(thread_id: str) -> RunnableConfig:

@@ -27,6 +27,35 @@ def _param(backend: str, driver: str) -> Any:
     return pytest.param((backend, driver), id=f"{backend}-{driver}", marks=marks)
 
 
+SERVER_CHECK_TIMEOUT_MS = 2_000
+
+
+def pytest_sessionstart(session: Any) -> None:
+    """With ``MONGODB_URI`` set, ping it once before anything runs; stop the run if it fails."""
+    if not MONGODB_URI:
+        return
+    import pymongo
+    from pymongo.errors import PyMongoError
+
+    client: pymongo.MongoClient = pymongo.MongoClient(
+        MONGODB_URI, serverSelectionTimeoutMS=SERVER_CHECK_TIMEOUT_MS
+    )
+    try:
+        with pymongo.timeout(SERVER_CHECK_TIMEOUT_MS / 1000):  # also when the URI has timeoutMS
+            client.admin.command("ping")
+    except PyMongoError as exc:
+        reason = str(exc).split(" (configured")[0].split(", Timeout:")[0][:200]
+        pytest.exit(
+            f"MONGODB_URI={MONGODB_URI!r} did not answer a ping within "
+            f"{SERVER_CHECK_TIMEOUT_MS // 1000} s ({type(exc).__name__}: {reason}). Start the "
+            "server (docker compose -f docker/compose.yml up -d --wait) or unset MONGODB_URI "
+            "to run on the in-process backends only.",
+            returncode=3,
+        )
+    finally:
+        client.close()
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
     for item in items:
