@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from tests import backends
 from tests.backends import (
     ASYNC_DRIVERS,
     MONGODB_URI,
@@ -28,6 +30,12 @@ def _param(backend: str, driver: str) -> Any:
 
 
 SERVER_CHECK_TIMEOUT_MS = 2_000
+
+
+def pytest_configure(config: Any) -> None:
+    """pytest creates ``--basetemp`` (build/pytest-tmp by default) but not its parent."""
+    if config.option.basetemp:
+        Path(config.option.basetemp).parent.mkdir(parents=True, exist_ok=True)
 
 
 def pytest_sessionstart(session: Any) -> None:
@@ -64,7 +72,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _wire_server() -> Iterator[None]:
+def _wire_server(tmp_path_factory: Any) -> Iterator[None]:
+    """The wire server keeps its data in pytest's temp tree, deleted when the session ends."""
+    backends.wire_storage_root = str(tmp_path_factory.mktemp("wire"))
     yield
     stop_wire()
 
