@@ -186,11 +186,11 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     commands = readme_block("## Set-up on a fresh machine", "bash").strip().splitlines()
     assert commands == [
         "pip install -e '.[test]' && python -m mongo_ckpt demo",
-        "pip install -e '.[test]' && python -m pytest -q",
+        "pip install -e '.[test,bench]' && python -m pytest -q",
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = [line for line in ci if line.startswith("python ")]
-    assert steps == ["python -m pip install -e '.[test]'", "python -m pytest -q"]
+    assert steps == ["python -m pip install -e '.[test,bench]'", "python -m pytest -q"]
     assert commands[1].endswith(steps[-1])
 
 
