@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
@@ -226,7 +227,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Writes since each channel's seed, plus the seed value, in one aggregation."""
         return self._run(self.ops.delta_channel_history(config, channels))
 
-    def sweep_expired(self) -> list[str]:
+    def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
         """Delete every thread idle for longer than ``ttl`` seconds; return their ids."""
         return self._run(self.ops.sweep_expired(self._require_ttl()))
 
@@ -306,7 +307,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Async ``get_delta_channel_history``."""
         return await self._arun(self.ops.delta_channel_history(config, channels))
 
-    async def asweep_expired(self) -> list[str]:
+    async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
         return await self._arun(self.ops.sweep_expired(self._require_ttl()))
 

@@ -3,7 +3,11 @@
 A rule-based assistant (no LLM, no network) that remembers what the user says
 about themselves, asks for approval with ``interrupt()`` before it books
 anything, and is then taken back in time: replayed from an earlier checkpoint
-and forked with ``update_state``. Finally it prints what the saver stored.
+and forked with ``update_state``. It prints what the saver stored, and finally shows
+long-term memory: an ``AsyncMongoDBStore`` sharing the saver's client, where a fact told
+in one thread is recalled in another.
+
+The demo drops its database (``mongo_ckpt_demo`` unless ``--db``) before it starts.
 
 With ``MONGODB_URI`` (or ``--uri``) it runs on that server through PyMongo's
 ``AsyncMongoClient``; otherwise on mongomock-motor, in process.
@@ -22,6 +26,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
 from langgraph.types import Command, StateSnapshot, interrupt
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
@@ -35,6 +40,10 @@ OTHER_THREAD = "demo-other"
 QUESTION = "What do you know about me?"
 TURNS = ("Hi, my name is Ada.", "I like tea.", QUESTION)
 BOOKING = "Please book a table for two."
+USER_ID = "ada"
+MEMORY_THREADS = ("memory-1", "memory-2")
+MEMORY_TURNS = ("My name is Ada.", "I like green tea.")
+SOURCE = "mongo_ckpt/demo.py"
 IN_PROCESS_MISSING = (
     "The in-process backend needs mongomock-motor, which comes with the test extra:\n"
     "    pip install -e '.[test]'      (or: pip install mongomock-motor)\n"
@@ -46,6 +55,27 @@ IN_PROCESS_MISSING = (
 
 class MissingBackendError(RuntimeError):
     """No MongoDB URI was given and the in-process backend is not installed."""
+
+
+class UnreachableServerError(MissingBackendError):
+    """The server at the given URI did not answer a ``ping`` in time."""
+
+
+SERVER_SELECTION_TIMEOUT_MS = 3_000
+
+
+def unreachable_message(where: str, error: BaseException) -> str:
+    """One paragraph: what was tried, what to check, how to run without a server."""
+    reason = str(error).split(" (configured")[0].split(", Timeout:")[0][:200]
+    return (
+        f"mongo-ckpt demo: could not reach MongoDB at {where} within "
+        f"{SERVER_SELECTION_TIMEOUT_MS // 1000} s ({type(error).__name__}: {reason}). "
+        "Check that the server is running and reachable at that address (for the bundled "
+        "one: docker compose -f docker/compose.yml up -d --wait), and that the URI's host, "
+        "port and credentials are right (add ?directConnection=true for a single node). "
+        "To run the demo without a server, unset MONGODB_URI (and drop --uri): it then "
+        "runs in process on mongomock-motor."
+    )
 
 
 # -- the agent -----------------------------------------------------------------
@@ -122,6 +152,33 @@ def build_graph() -> StateGraph:
     return builder
 
 
+async def remember(state: DemoState, config: RunnableConfig, *, store: BaseStore) -> dict[str, Any]:
+    """Keep what the user says about themselves in the store, under their user id, so
+    every thread of that user can recall it; answer ``QUESTION`` from the store."""
+    namespace = ("users", config["configurable"]["user_id"])
+    text = str(state["messages"][-1].content)
+    found = await store.aget(namespace, "profile")
+    profile: dict[str, Any] = dict(found.value) if found else {"name": None, "likes": []}
+    name, likes = facts_from([HumanMessage(text)])
+    if name or likes:
+        profile["name"] = name or profile["name"]
+        profile["likes"] = [*profile["likes"], *likes]
+        await store.aput(namespace, "profile", profile)
+        return {"messages": [AIMessage("I'll remember that, in every thread.")]}
+    told = [HumanMessage(f"my name is {profile['name']}")] if profile["name"] else []
+    told += [HumanMessage(f"I like {like}") for like in profile["likes"]]
+    return {"messages": [AIMessage(f"From long-term memory: {describe(told)}")]}
+
+
+def build_memory_graph() -> StateGraph:
+    """``START -> remember -> END``, for a graph compiled with ``store=``."""
+    builder = StateGraph(DemoState)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", END)
+    return builder
+
+
 # -- the backend ---------------------------------------------------------------
 
 
@@ -132,7 +189,9 @@ def open_client(uri: str | None) -> tuple[Any, str]:
 
         # Shown without credentials and options.
         where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
-        options = {} if "timeoutms" in uri.lower() else {"timeoutMS": DEFAULT_TIMEOUT_MS}
+        options: dict[str, Any] = {"serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS}
+        if "timeoutms" not in uri.lower():
+            options["timeoutMS"] = DEFAULT_TIMEOUT_MS
         where = f"Backend: MongoDB at {where} (PyMongo AsyncMongoClient)."
         return AsyncMongoClient(uri, **options), where
     try:
@@ -259,6 +318,31 @@ class Demo:
                     f"last message: {messages[-1].content!r}"
                 )
 
+    async def long_term_memory(self) -> None:
+        from mongo_ckpt.store import AsyncMongoDBStore
+
+        self.heading("5. Long-term memory: a store shared by threads")
+        store = AsyncMongoDBStore.from_saver(self.saver)
+        await store.asetup()
+        self.say(
+            "  store = AsyncMongoDBStore.from_saver(saver): same client "
+            f"({store.client is self.saver.client}), same database, collection "
+            f"{store.collections['store'].name!r}"
+        )
+        graph = build_memory_graph().compile(checkpointer=self.saver, store=store)
+        first, second = MEMORY_THREADS
+        for thread_id, texts in ((first, MEMORY_TURNS), (second, (QUESTION,))):
+            self.say(f"  -- thread {thread_id!r}, user_id {USER_ID!r}:")
+            for text in texts:
+                self.say(f"  user> {text}")
+                config = _thread(thread_id)
+                config["configurable"]["user_id"] = USER_ID
+                result = await graph.ainvoke({"messages": [HumanMessage(text)]}, config)
+                self.say(f"  assistant> {result['messages'][-1].content}")
+        self.say("  what the store holds (store.asearch(('users',))):")
+        for item in await store.asearch(("users",)):
+            self.say(f"    namespace={item.namespace} key={item.key!r} value={item.value}")
+
     async def _step_of(self, config: RunnableConfig | None) -> int | None:
         found = await self.saver.aget_tuple(config) if config else None
         return found.metadata["step"] if found else None
@@ -281,6 +365,13 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
     client, backend = open_client(uri)
     try:
         print(backend, file=out)
+        print(
+            f"The demo drops database {db_name!r} first and then fills it. "
+            f"Its source: {SOURCE}.",
+            file=out,
+        )
+        if uri:
+            await _ping(client, backend)
         await _maybe_await(client.drop_database(db_name))
         saver = AsyncMongoDBSaver(client, db_name)
         await saver.asetup()
@@ -289,10 +380,24 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
         original = await demo.interrupt_and_resume()
         await demo.time_travel(original)
         await demo.storage(db_name)
+        await demo.long_term_memory()
         if uri:
             print(f"\nThe data stays in database {db_name!r} for you to inspect.", file=out)
     finally:
         await _maybe_await(client.close())
+
+
+async def _ping(client: Any, backend: str) -> None:
+    import pymongo
+    from pymongo.errors import PyMongoError
+
+    where = backend.removeprefix("Backend: MongoDB at ").split(" (")[0]
+    try:
+        # timeoutMS, when set, bounds server selection instead of serverSelectionTimeoutMS.
+        with pymongo.timeout(SERVER_SELECTION_TIMEOUT_MS / 1000):
+            await client.admin.command("ping")
+    except PyMongoError as exc:
+        raise UnreachableServerError(unreachable_message(where, exc)) from None
 
 
 def _thread(thread_id: str) -> RunnableConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
@@ -22,26 +23,39 @@ ASYNC_DRIVERS = [("mock", "mongomock_motor"), ("wire", "pymongo"), ("wire", "mot
 SYNC_DRIVERS = [("mock", "mongomock"), ("wire", "pymongo"), ("mongodb", "pymongo")]
 
 _wire_server: Any = None
+_wire_storage: str | None = None
+# Where the wire server keeps its data: set by conftest to a directory in pytest's temp tree.
+wire_storage_root: str | None = None
 
 
 def wire_uri() -> str:
     """URI of the in-process SecantusDB server, started on first use."""
-    global _wire_server
+    global _wire_server, _wire_storage
     if _wire_server is None:
         from secantus import SecantusDBServer
 
+        _wire_storage = tempfile.mkdtemp(prefix="mongo-ckpt-wire-", dir=wire_storage_root)
         _wire_server = SecantusDBServer(
-            port=0, storage_path=tempfile.mkdtemp(prefix="mongo-ckpt-wire-"), ttl_sweep_seconds=1.0
+            port=0, storage_path=_wire_storage, ttl_sweep_seconds=1.0
         )
         _wire_server.start()
     return _wire_server.uri
 
 
+def wire_storage() -> str | None:
+    """The running wire server's data directory (``None`` when it is not running)."""
+    return _wire_storage
+
+
 def stop_wire() -> None:
-    global _wire_server
+    """Stop the wire server and delete its data."""
+    global _wire_server, _wire_storage
     if _wire_server is not None:
         _wire_server.stop()
         _wire_server = None
+    if _wire_storage is not None:
+        shutil.rmtree(_wire_storage, ignore_errors=True)
+        _wire_storage = None
 
 
 def uri_for(backend: str) -> str:

@@ -86,6 +86,26 @@ def test_demo_runs_in_process_and_says_so(capsys: Any, monkeypatch: Any) -> None
     assert "step 7, parent step 6, last message: 'What do you know about me?'" in stored
     assert "step 4, parent step 3, last message: 'I like coffee.'" in stored
 
+    long_term = section(output, 5)
+    assert "AsyncMongoDBStore.from_saver(saver): same client (True)" in long_term
+    other_thread = long_term[long_term.index("thread 'memory-2'") :]
+    assert "assistant> From long-term memory: Your name is Ada and you like green tea." in (
+        other_thread
+    )
+    assert (
+        "namespace=('users', 'ada') key='profile' value={'name': 'Ada', 'likes': ['green tea']}"
+        in long_term
+    )
+
+
+def test_demo_says_it_drops_its_database_and_where_its_source_is(
+    capsys: Any, monkeypatch: Any
+) -> None:
+    output = run_in_process(capsys, monkeypatch, "--db", "t_named")
+    assert "The demo drops database 't_named' first" in output
+    assert "Its source: mongo_ckpt/demo.py." in output
+    assert (ROOT / "mongo_ckpt" / "demo.py").is_file()
+
 
 def test_module_command_prints_the_same_as_main(capsys: Any, monkeypatch: Any) -> None:
     in_process = run_in_process(capsys, monkeypatch)
@@ -128,13 +148,15 @@ def test_demo_on_a_server_prints_what_the_server_holds(
             assert output.startswith("Backend: MongoDB at ")
             assert "Your name is Ada and you like coffee." in output
             assert f"The data stays in database {db_name!r}" in output
+            demo_threads = {"thread_id": {"$in": ["demo", "demo-other"]}}
             held = {
-                name: client[db_name][name].count_documents({})
+                name: client[db_name][name].count_documents(demo_threads)
                 for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
             }
             assert {name: docs for name, (docs, _) in stored_table(output).items()} == held
             threads = client[db_name]["checkpoints"].distinct("thread_id")
-            assert sorted(threads) == ["demo", "demo-other"]
+            assert sorted(threads) == ["demo", "demo-other", "memory-1", "memory-2"]
+            assert client[db_name]["store"].count_documents({}) == 1
         finally:
             client.drop_database(db_name)
 
@@ -186,11 +208,11 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     commands = readme_block("## Set-up on a fresh machine", "bash").strip().splitlines()
     assert commands == [
         "pip install -e '.[test]' && python -m mongo_ckpt demo",
-        "pip install -e '.[test]' && python -m pytest -q",
+        "pip install -e '.[test,bench]' && python -m pytest -q",
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = [line for line in ci if line.startswith("python ")]
-    assert steps == ["python -m pip install -e '.[test]'", "python -m pytest -q"]
+    assert steps == ["python -m pip install -e '.[test,bench]'", "python -m pytest -q"]
     assert commands[1].endswith(steps[-1])
 
 

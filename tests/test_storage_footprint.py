@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from tests.perf.conversation import (
+pytest.importorskip(
+    "langgraph.checkpoint.mongodb",
+    reason="compares against langgraph-checkpoint-mongodb: pip install -e '.[test,bench]'",
+)
+
+from tests.perf.conversation import (  # noqa: E402
     DELTA,
     MESSAGE_BYTES,
     MONGO_CKPT,

@@ -1,0 +1,57 @@
+"""A user's script on the documented API; ``mypy --strict`` must accept it (test_typing.py)."""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from pymongo import AsyncMongoClient, MongoClient
+from pymongo.write_concern import WriteConcern
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+
+
+def reply(state: MessagesState) -> dict[str, list[HumanMessage]]:
+    return {"messages": [HumanMessage("hello")]}
+
+
+def build() -> StateGraph[MessagesState]:
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder
+
+
+def sync_usage(uri: str) -> int:
+    with MongoDBSaver.from_conn_string(uri, "agents", timeoutMS=5_000) as saver:
+        saver.setup()
+        store = MongoDBStore.from_saver(saver)
+        store.put(("users", "1"), "prefs", {"theme": "dark"})
+        item = store.get(("users", "1"), "prefs")
+        graph = build().compile(checkpointer=saver, store=store)
+        inputs: MessagesState = {"messages": [HumanMessage("hi")]}
+        graph.invoke(inputs, {"configurable": {"thread_id": "1"}})
+        found = saver.get_tuple({"configurable": {"thread_id": "1"}})
+        steps = [t.metadata["step"] for t in saver.list({"configurable": {"thread_id": "1"}})]
+        return len(steps) + (1 if found and item else 0)
+
+
+def explicit_clients(uri: str) -> None:
+    saver = MongoDBSaver(MongoClient(uri), "agents", write_concern=WriteConcern(w=1))
+    MongoDBStore(MongoClient(uri), "agents", collection_name="memories")
+    AsyncMongoDBSaver(AsyncMongoClient(uri), "agents")
+    saver.delete_thread("1")
+
+
+async def async_usage(uri: str) -> str | None:
+    async with AsyncMongoDBSaver.from_conn_string(uri, "agents") as saver:
+        await saver.asetup()
+        store = AsyncMongoDBStore.from_saver(saver)
+        await store.aput(("users", "1"), "name", {"value": "Ada"})
+        graph = build().compile(checkpointer=saver, store=store)
+        inputs: MessagesState = {"messages": [HumanMessage("hi")]}
+        await graph.ainvoke(inputs, {"configurable": {"thread_id": "1"}})
+        item = await store.aget(("users", "1"), "name")
+        value = item.value["value"] if item else None
+        return value if isinstance(value, str) else None
