@@ -96,8 +96,12 @@ def with_write_concern(collection: Any, write_concern: WriteConcern | None) -> A
         return collection
 
 
-def _client_kwargs(conn_string: str, client_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+def _client_kwargs(
+    conn_string: str, client_kwargs: dict[str, Any] | None, timeout_ms: int | None
+) -> dict[str, Any]:
     kwargs = dict(client_kwargs or {})
+    if timeout_ms is not None:
+        kwargs["timeoutMS"] = timeout_ms
     if "timeoutms" not in conn_string.lower() and not any(
         k.lower() == "timeoutms" for k in kwargs
     ):
@@ -143,9 +147,7 @@ class SyncClientOwner(ClientOwner):
         The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
-        options = _client_kwargs(conn_string, client_kwargs)
-        if timeoutMS is not None:
-            options["timeoutMS"] = timeoutMS
+        options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: MongoClient = MongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
@@ -182,9 +184,7 @@ class AsyncClientOwner(ClientOwner):
         The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
-        options = _client_kwargs(conn_string, client_kwargs)
-        if timeoutMS is not None:
-            options["timeoutMS"] = timeoutMS
+        options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: AsyncMongoClient = AsyncMongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]

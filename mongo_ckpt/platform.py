@@ -4,7 +4,8 @@
     "store": {"path": "mongo_ckpt.platform.store"}
 
 Each is a zero-argument callable returning an async context manager, entered once
-per event loop: it opens its own ``AsyncMongoClient`` from the environment, awaits
+per event loop: it opens its own ``AsyncMongoClient`` from the environment (through
+``from_conn_string``, so with its bounded ``timeoutMS``), awaits
 ``setup()``, yields the saver/store and closes the client on exit. The store's TTL
 sweeper runs while the context is open. Variables (see docs/platform.md):
 
@@ -30,7 +31,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from langgraph.store.base import IndexConfig, TTLConfig
-from pymongo import AsyncMongoClient
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_DB_NAME
@@ -122,28 +122,22 @@ def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
 
 @asynccontextmanager
 async def _checkpointer() -> AsyncIterator[AsyncMongoDBSaver]:
-    env = os.environ
-    uri = _uri(env)
-    kwargs = saver_kwargs(env)
-    client: AsyncMongoClient = AsyncMongoClient(uri)
-    try:
-        saver = AsyncMongoDBSaver(client, kwargs.pop("db_name"), **kwargs)
+    kwargs = saver_kwargs(os.environ)
+    async with AsyncMongoDBSaver.from_conn_string(
+        _uri(os.environ), kwargs.pop("db_name"), **kwargs
+    ) as saver:
         await saver.setup()
         yield saver
-    finally:
-        await client.close()
 
 
 @asynccontextmanager
 async def _store() -> AsyncIterator[Any]:
     from mongo_ckpt.store import AsyncMongoDBStore
 
-    env = os.environ
-    uri = _uri(env)
-    kwargs = store_kwargs(env)
-    client: AsyncMongoClient = AsyncMongoClient(uri)
-    try:
-        store = AsyncMongoDBStore(client, kwargs.pop("db_name"), **kwargs)
+    kwargs = store_kwargs(os.environ)
+    async with AsyncMongoDBStore.from_conn_string(
+        _uri(os.environ), kwargs.pop("db_name"), **kwargs
+    ) as store:
         await store.setup()
         if store.ttl_config:
             await store.start_ttl_sweeper()
@@ -151,8 +145,6 @@ async def _store() -> AsyncIterator[Any]:
             yield store
         finally:
             await store.stop_ttl_sweeper()
-    finally:
-        await client.close()
 
 
 def checkpointer() -> Any:
