@@ -8,7 +8,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
-from mongo_ckpt.store.documents import live
+from mongo_ckpt.store.documents import live, original_value
 from mongo_ckpt.store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
 
 
@@ -58,10 +58,11 @@ def key_of(doc: Mapping[str, Any]) -> ItemKey:
 
 
 def opened(doc: Mapping[str, Any], serde: SerializerProtocol | None) -> Mapping[str, Any]:
-    """``doc`` with its ``value`` readable: deserialized (decrypted) where it is stored typed."""
+    """``doc`` with its ``value`` readable: keys unescaped, or deserialized (decrypted) where
+    it is stored typed."""
     stored = doc.get("value_typed")
     if stored is None:
-        return doc
+        return {**doc, "value": original_value(doc["value"])} if "value" in doc else doc
     if serde is None:
         raise ValueError(
             f"item {tuple(doc['namespace'])} {doc['key']!r} is stored serialized "
