@@ -3,7 +3,8 @@
 ``{namespace, ns, prefixes, key, value | value_typed, created_at, updated_at,
 expires_at?, ttl_minutes?, embeddings?: [{path, vector}], embedding?}``:
 ``value`` is the item's value as a BSON document (so filters run in the
-server); a store with a ``serde`` keeps only ``value_typed``, the value as
+server), its keys escaped where MongoDB would not store them as data (see
+``stored_value``); a store with a ``serde`` keeps only ``value_typed``, the value as
 ``serde.dumps_typed`` writes it (encrypted with ``EncryptedSerializer``).
 ``expires_at`` and the TTL it came from exist only for expiring items,
 ``embeddings`` holds one unit vector per indexed field and ``embedding`` their
@@ -12,6 +13,7 @@ mean, written only when Atlas Vector Search is in use.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -34,6 +36,51 @@ OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddi
 NO_VECTORS = {"embeddings": 0, "embedding": 0}
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)  # the expiry of items without one
 RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
+
+
+ESCAPE = "\uff04"  # FULLWIDTH DOLLAR SIGN: opens every escaped key
+_UNSAFE_CHARS = {"%": "%25", ".": "%2E", "\x00": "%00"}
+_ORIGINAL = {escape: c for c, escape in _UNSAFE_CHARS.items()}
+_ESCAPED = re.compile("|".join(_ORIGINAL))
+
+
+def escaped_key(key: str) -> str:
+    """A value key as stored: unchanged unless MongoDB would read it as syntax or reject it.
+
+    A key that is empty, starts with ``$`` or with ``ESCAPE``, or contains ``.`` or NUL is
+    stored as ``ESCAPE`` + the key with ``%``, ``.`` and NUL written ``%25``, ``%2E`` and
+    ``%00``. Every other key is stored as is (filters on it keep working), and only escaped
+    keys start with ``ESCAPE``, so the mapping is injective and ``unescaped_key`` reverses it.
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"value key must be a string, got {type(key).__name__}: {key!r}")
+    if key and not key.startswith(("$", ESCAPE)) and "." not in key and "\x00" not in key:
+        return key
+    return ESCAPE + "".join(_UNSAFE_CHARS.get(c, c) for c in key)
+
+
+def unescaped_key(key: str) -> str:
+    if not key.startswith(ESCAPE):
+        return key
+    return _ESCAPED.sub(lambda m: _ORIGINAL[m.group()], key[len(ESCAPE) :])
+
+
+def stored_value(value: Any) -> Any:
+    """``value`` with every key, at any depth (in lists too), escaped by ``escaped_key``."""
+    if isinstance(value, Mapping):
+        return {escaped_key(k): stored_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [stored_value(v) for v in value]
+    return value
+
+
+def original_value(value: Any) -> Any:
+    """The value ``stored_value`` stored, keys as they were put."""
+    if isinstance(value, Mapping):
+        return {unescaped_key(k): original_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [original_value(v) for v in value]
+    return value
 
 
 def index_models() -> list[IndexModel]:
@@ -87,7 +134,7 @@ def put_request(
         "updated_at": now,
     }
     if serde is None:
-        fields["value"] = dict(value)
+        fields["value"] = stored_value(value)
     else:
         type_, data = serde.dumps_typed(value)
         fields["value_typed"] = {"type": type_, "data": Binary(data)}

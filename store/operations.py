@@ -50,7 +50,7 @@ from mongo_ckpt.store.vectors import (
 )
 
 from mongo_ckpt.calls import Call, NextBatch, Operation
-from mongo_ckpt.identifiers import MAX_LIMIT, check_literal, coerce_id
+from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 
 STORE = "store"
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python
@@ -129,7 +129,8 @@ class StoreOperations:
         if op.value is not None:
             if not isinstance(op.value, Mapping):
                 raise TypeError(f"value must be a dict, got {type(op.value).__name__}")
-            check_literal(op.value, "value")
+            if self.serde is None:
+                documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
             _check_value_size(op.namespace, key, op.value)
         if op.index not in (None, False) and (

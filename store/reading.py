@@ -8,7 +8,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
-from mongo_ckpt.store.documents import live
+from mongo_ckpt.store.documents import live, original_value
 from mongo_ckpt.store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
 
 
@@ -25,8 +25,10 @@ def all_of(clauses: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def get_query(keys: Iterable[ItemKey], now: datetime) -> dict[str, Any]:
-    """The live items among ``(joined namespace, key)`` pairs: one query for a whole batch."""
-    return {"$or": [{"ns": ns, "key": key} for ns, key in keys], **live(now)}
+    """The live items among ``(joined namespace, key)`` pairs: one query for a whole batch
+    (a plain equality for one item, which every server answers from the unique index)."""
+    pairs = [{"ns": ns, "key": key} for ns, key in keys]
+    return {**pairs[0], **live(now)} if len(pairs) == 1 else {"$or": pairs, **live(now)}
 
 
 def search_query(
@@ -58,10 +60,11 @@ def key_of(doc: Mapping[str, Any]) -> ItemKey:
 
 
 def opened(doc: Mapping[str, Any], serde: SerializerProtocol | None) -> Mapping[str, Any]:
-    """``doc`` with its ``value`` readable: deserialized (decrypted) where it is stored typed."""
+    """``doc`` with its ``value`` readable: keys unescaped, or deserialized (decrypted) where
+    it is stored typed."""
     stored = doc.get("value_typed")
     if stored is None:
-        return doc
+        return {**doc, "value": original_value(doc["value"])} if "value" in doc else doc
     if serde is None:
         raise ValueError(
             f"item {tuple(doc['namespace'])} {doc['key']!r} is stored serialized "

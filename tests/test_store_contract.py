@@ -209,8 +209,7 @@ async def test_bad_values_keys_and_pages_touch_nothing(make_astore: Any) -> None
     await store.aput(("keep",), "k", {"v": 1})
     calls = count_calls(store.collections)
     bad_batches: list[tuple[type[Exception], str, list[Any]]] = [
-        (ValueError, r"'\$set'", [PutOp(("keep",), "k", {"$set": {"v": 2}})]),
-        (ValueError, "'a.\\$where'|'\\$where'", [PutOp(("keep",), "k", {"a": {"$where": 1}})]),
+        (TypeError, "value key must be a string", [PutOp(("keep",), "k", {"a": {1: 2}})]),
         (TypeError, "value must be a dict", [PutOp(("keep",), "k", ["v"])]),  # type: ignore[arg-type]
         (TypeError, "key must be a string", [GetOp(("keep",), {"$ne": None})]),  # type: ignore[arg-type]
         (ValueError, "ttl", [PutOp(("keep",), "k", {"v": 2}, ttl=-1)]),

@@ -18,9 +18,30 @@ from tests.backends import wire_uri
 LABELS = st.sampled_from(["a", "b", "a-b", "c c", "é"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
 KEYS = st.sampled_from(["k1", "k2", "k3"])
-VALUES = st.fixed_dictionaries(
-    {"n": st.integers(-3, 3), "c": st.sampled_from(["red", "blue"])},
-    optional={"tag": st.sampled_from(["x", "y"]), "sub": st.fixed_dictionaries({"m": LABELS})},
+# Keys MongoDB would read as syntax or reject; values keep them (escaped when stored).
+AWKWARD_KEYS = st.sampled_from(["$schema", "$ref", "$where", "a.b", ".", "", "\uff04x", "%2E"])
+AWKWARD = st.dictionaries(
+    AWKWARD_KEYS,
+    st.recursive(
+        st.one_of(st.integers(-3, 3), LABELS, st.sampled_from(["$x", "$$y"])),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=2), st.dictionaries(AWKWARD_KEYS | LABELS, inner, max_size=2)
+        ),
+        max_leaves=4,
+    ),
+    max_size=3,
+)
+VALUES = st.builds(
+    lambda plain, awkward: {**awkward, **plain},
+    st.fixed_dictionaries(
+        {"n": st.integers(-3, 3), "c": st.sampled_from(["red", "blue"])},
+        optional={
+            "tag": st.sampled_from(["x", "y"]),
+            "sub": st.fixed_dictionaries({"m": LABELS}),
+            "list": st.lists(AWKWARD, max_size=2),
+        },
+    ),
+    AWKWARD,
 )
 FILTERS = st.one_of(
     st.none(),

@@ -6,9 +6,16 @@ wall time for two batches, on each backend, for both stores in the same run:
 - a mixed batch of 20 ops: 8 ``GetOp`` + 8 ``PutOp`` + 4 ``SearchOp`` (filter + prefix);
 - 20 ``GetOp``s.
 
+With ``--scale 1000,10000,50000`` it instead fills each store with that many items
+(``users`` × 100 ``memories`` namespaces, in batches of 1,000 puts) and measures single
+operations at that size: put (overwrite), get, search with a filter in one user's
+namespace, vector search in one user's namespace (mongo-ckpt only: the official store
+needs Atlas ``$vectorSearch``), list_namespaces, and the 1,000-put ingestion batches.
+
 Run from the repository root (not collected by pytest)::
 
     python tests/perf/bench_store.py [--backend mock|wire|both] [--repeat 20] [--write]
+    python tests/perf/bench_store.py --scale 1000,10000 [--backend wire] [--write]
 
 ``--write`` puts the table into docs/store.md between its benchmark markers.
 """
@@ -37,9 +44,13 @@ from mongo_ckpt.store import MongoDBStore  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
+from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
 DOC = REPO / "docs" / "store.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
+SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
+PER_USER = 100  # memories per user namespace in the scaled benchmark
+INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
 USERS = 4
 ITEMS = 16
@@ -196,11 +207,129 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
+def write(text: str, begin: str = BEGIN, end: str = END) -> None:
     doc = DOC.read_text()
-    head, _, rest = doc.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    head, _, rest = doc.partition(begin)
+    _, _, tail = rest.partition(end)
+    DOC.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
+
+
+# -- scaled: single operations on a store of 1k / 10k / 50k items -------------------
+
+
+def user_ns(u: int) -> tuple[str, ...]:
+    return ("users", f"u{u}", "memories")
+
+
+def scaled_store(name: str, backend: Backend, db: str) -> tuple[Any, Counter]:
+    calls: Counter = Counter()
+    if name != OFFICIAL:
+        index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
+        ours = MongoDBStore(backend.client, db, index=index, exact_search=True)  # type: ignore[arg-type]
+        ours.setup()
+        ours.collections["store"] = CountingCollection(ours.collections["store"], "store", calls)
+        return ours, calls
+    return make_store(name, backend, db)
+
+
+@dataclass
+class ScaleRow:
+    backend: str
+    items: int
+    operation: str
+    store: str
+    calls: float
+    commands: float | None
+    ms: float
+
+
+def measure(
+    backend: Backend, calls: Counter, action: Callable[[int], Any], repeat: int
+) -> tuple[float, float | None, float]:
+    """Median ms, and collection calls and wire commands per run (mean over the runs)."""
+    samples: list[float] = []
+    calls.clear()
+    before = backend.commands.count if backend.commands else 0
+    for i in range(repeat):
+        start = time.perf_counter()
+        action(i)
+        samples.append((time.perf_counter() - start) * 1000)
+    commands = (backend.commands.count - before) / repeat if backend.commands else None
+    return sum(calls.values()) / repeat, commands, statistics.median(samples)
+
+
+def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> list[ScaleRow]:
+    db = "bench_scale_" + "".join(c if c.isalnum() else "_" for c in store_name)
+    backend.client.drop_database(db)
+    store, calls = scaled_store(store_name, backend, db)
+    users = max(1, items // PER_USER)
+    puts = [PutOp(user_ns(i % users), f"m{i // users}", value(i)) for i in range(items)]
+    batches = [puts[i : i + INGEST_BATCH] for i in range(0, items, INGEST_BATCH)]
+    rows: list[ScaleRow] = []
+
+    def row(operation: str, result: tuple[float, float | None, float]) -> None:
+        rows.append(ScaleRow(backend.name, items, operation, store_name, *result))
+
+    row(
+        f"ingest: {INGEST_BATCH:,} puts in one batch",
+        measure(backend, calls, lambda i: store.batch(batches[i]), len(batches)),
+    )
+    row(
+        "put (overwrite)",
+        measure(backend, calls, lambda i: store.put(user_ns(i % users), "m0", value(i)), repeat),
+    )
+    row(
+        "get",
+        measure(
+            backend, calls, lambda i: store.get(user_ns(i % users), f"m{i % PER_USER}"), repeat
+        ),
+    )
+    row(
+        "search, filter, 1 user",
+        measure(
+            backend,
+            calls,
+            lambda i: store.search(user_ns(i % users)[:2], filter={"kind": "fact"}, limit=10),
+            repeat,
+        ),
+    )
+    if store_name != OFFICIAL:
+        row(
+            "vector search, 1 user",
+            measure(
+                backend,
+                calls,
+                lambda i: store.search(
+                    user_ns(i % users)[:2], query=f"memory number {i}", limit=10
+                ),
+                repeat,
+            ),
+        )
+    row(
+        "list_namespaces (depth 2, 100)",
+        measure(
+            backend,
+            calls,
+            lambda i: store.list_namespaces(prefix=("users",), max_depth=2, limit=100),
+            repeat,
+        ),
+    )
+    backend.client.drop_database(db)
+    return rows
+
+
+def scale_table(rows: list[ScaleRow]) -> str:
+    lines = [
+        "| backend | items | operation | store | calls/op | wire commands/op | median ms |",
+        "|---|---:|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        commands = "—" if r.commands is None else f"{r.commands:g}"
+        lines.append(
+            f"| {r.backend} | {r.items:,} | {r.operation} | {r.store} | {r.calls:g} "
+            f"| {commands} | {r.ms:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -208,8 +337,25 @@ def main() -> None:
     parser.add_argument("--backend", choices=["mock", "wire", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", action="store_true", help="update docs/store.md")
+    parser.add_argument("--scale", help="comma-separated item counts, e.g. 1000,10000,50000")
     args = parser.parse_args()
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
+    if args.scale:
+        scaled: list[ScaleRow] = []
+        try:
+            for name in backends:
+                with open_backend(name) as backend:
+                    for items in (int(n) for n in args.scale.split(",")):
+                        for store_name in ("mongo-ckpt", OFFICIAL):
+                            scaled += bench_scaled(backend, store_name, items, args.repeat)
+                            print(scale_table(scaled[-6:]), flush=True)
+        finally:
+            stop_wire()
+        text = scale_table(scaled)
+        print(text)
+        if args.write:
+            write(text, SCALE_BEGIN, SCALE_END)
+        return
     rows: list[Row] = []
     try:
         for name in backends:
