@@ -88,7 +88,10 @@ def check_field_name(key: Any, where: str) -> str:
     """Refuse a user-supplied document key that MongoDB would read as syntax."""
     if not isinstance(key, str):
         raise TypeError(f"{where} key must be a string, got {type(key).__name__}: {key!r}")
-    if not key or key.startswith("$") or "\x00" in key:
+    if key.startswith("$"):
+        # The official saver's wording, so code matching on it keeps working.
+        raise ValueError(f"MongoDB operator keys are not allowed: {where} key {key!r}")
+    if not key or "\x00" in key:
         raise ValueError(
             f"{where} key {key!r} is not allowed: keys must be non-empty, must not start "
             "with '$' and must not contain a NUL character"

@@ -214,6 +214,12 @@ class MongoStoreBase(BaseStore):
         return float(minutes) * 60
 
     @property
+    def collection(self) -> Any:
+        """The items collection (the official ``MongoDBStore.collection``; the documents'
+        layout differs, see docs/migrating.md)."""
+        return self.collections[STORE]
+
+    @property
     def _dims(self) -> int:
         return self.index_config["dims"] if self.index_config else 0
 
