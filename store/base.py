@@ -97,6 +97,7 @@ class MongoStoreBase(BaseStore):
         self.embeddings = ensure_embeddings(index.get("embed")) if index else None
         self.serde = serde
         self.ops = StoreOperations(index, serde)
+        self.ops.omit_expired = bool((ttl or {}).get("omit_expired", True))
         if exact_search:
             self.ops.vector_search = False
         self.collections: dict[str, Any] = {STORE: self.db[collection_name]}

@@ -103,9 +103,10 @@ def expiry(now: datetime, ttl_minutes: float) -> datetime:
     return now + timedelta(minutes=ttl_minutes)
 
 
-def live(now: datetime) -> dict[str, Any]:
-    """Items that have not expired (no ``expires_at``, or one in the future)."""
-    return {"expires_at": {"$not": {"$lte": now}}}
+def live(now: datetime | None) -> dict[str, Any]:
+    """Items that have not expired at ``now`` (no ``expires_at``, or one in the future);
+    every item when ``now`` is ``None``."""
+    return {} if now is None else {"expires_at": {"$not": {"$lte": now}}}
 
 
 def expired(now: datetime) -> dict[str, Any]:

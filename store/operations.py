@@ -74,6 +74,8 @@ class StoreOperations:
     def __init__(self, index: IndexConfig | None, serde: SerializerProtocol | None = None) -> None:
         self.index = index
         self.serde = serde
+        # TTLConfig.omit_expired: hide expired items before they are swept (on by default).
+        self.omit_expired = True
         self.paths: list[Path] = index_paths(index.get("fields")) if index else []
         # None until setup has asked the server; True where $vectorSearch is available.
         self.vector_search: bool | None = None
@@ -141,6 +143,10 @@ class StoreOperations:
         plan.puts.pop(item, None)  # the last put wins, in its own position
         plan.puts[item] = op._replace(key=key, namespace=tuple(op.namespace))
 
+    def _visible(self, now: datetime) -> datetime | None:
+        """The moment reads hide expired items at; ``None`` (show them) without omit_expired."""
+        return now if self.omit_expired else None
+
     def execute(self, plan: Plan, embedded: Embedded) -> Operation:
         now = documents.utc_now()
         results: list[Result] = [None] * plan.size
@@ -149,7 +155,7 @@ class StoreOperations:
             docs = yield Call(
                 STORE,
                 "find",
-                (reading.get_query(plan.gets, now),),
+                (reading.get_query(plan.gets, self._visible(now)),),
                 {"projection": documents.NO_VECTORS},
             )
             found = {key_of(doc): reading.opened(doc, self.serde) for doc in docs}
@@ -166,7 +172,11 @@ class StoreOperations:
                 read.extend(doc for _, doc in page)
         for i, op in plan.listings:
             docs = (
-                (yield Call(STORE, "aggregate", (reading.namespaces_pipeline(op, now),)))
+                (
+                    yield Call(
+                        STORE, "aggregate", (reading.namespaces_pipeline(op, self._visible(now)),)
+                    )
+                )
                 if op.limit
                 else []
             )
@@ -190,7 +200,7 @@ class StoreOperations:
             docs = yield Call(
                 STORE,
                 "find",
-                (reading.search_query(op.namespace_prefix, server, now),),
+                (reading.search_query(op.namespace_prefix, server, self._visible(now)),),
                 {
                     "projection": documents.NO_VECTORS,
                     "sort": documents.RECENT_FIRST,
@@ -204,12 +214,12 @@ class StoreOperations:
             prefix = prefix_query(op.namespace_prefix)
             pipeline = [
                 vector_search_stage(query, prefix, op.offset + op.limit),
-                {"$match": reading.search_query((), server, now)},
+                {"$match": reading.search_query((), server, self._visible(now))},
                 {"$project": {"embedding": 0}},
             ]
             docs = yield Call(STORE, "aggregate", (pipeline,))
         else:
-            query_doc = reading.search_query(op.namespace_prefix, server, now)
+            query_doc = reading.search_query(op.namespace_prefix, server, self._visible(now))
             docs = yield Call(STORE, "find", (query_doc,), {"projection": {"embedding": 0}})
         candidates = self._matching(docs, local)
         return ranked(query, candidates)[op.offset : op.offset + op.limit]
@@ -223,7 +233,7 @@ class StoreOperations:
         cursor = yield Call(
             STORE,
             "find",
-            (reading.search_query(op.namespace_prefix, (), now),),
+            (reading.search_query(op.namespace_prefix, (), self._visible(now)),),
             {"projection": documents.NO_VECTORS, "sort": documents.RECENT_FIRST},
             stream=True,
         )

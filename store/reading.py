@@ -24,7 +24,7 @@ def all_of(clauses: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {**merged, "$and": rest} if rest else merged
 
 
-def get_query(keys: Iterable[ItemKey], now: datetime) -> dict[str, Any]:
+def get_query(keys: Iterable[ItemKey], now: datetime | None) -> dict[str, Any]:
     """The live items among ``(joined namespace, key)`` pairs: one query for a whole batch
     (a plain equality for one item, which every server answers from the unique index)."""
     pairs = [{"ns": ns, "key": key} for ns, key in keys]
@@ -32,12 +32,14 @@ def get_query(keys: Iterable[ItemKey], now: datetime) -> dict[str, Any]:
 
 
 def search_query(
-    namespace_prefix: Sequence[str], value_clauses: Sequence[Mapping[str, Any]], now: datetime
+    namespace_prefix: Sequence[str],
+    value_clauses: Sequence[Mapping[str, Any]],
+    now: datetime | None,
 ) -> dict[str, Any]:
     return all_of([prefix_query(namespace_prefix), live(now), *value_clauses])
 
 
-def namespaces_pipeline(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
+def namespaces_pipeline(op: ListNamespacesOp, now: datetime | None) -> list[dict[str, Any]]:
     """Distinct namespaces of live items, truncated to ``max_depth``, sorted like tuples."""
     query = all_of([live(now), *match_clauses(op.match_conditions or ())])
     pipeline: list[dict[str, Any]] = [

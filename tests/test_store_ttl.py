@@ -80,6 +80,17 @@ async def test_expired_items_are_invisible_at_once(make_astore: Any) -> None:
     assert await store.alist_namespaces() == [("t", "b")]
 
 
+async def test_omit_expired_false_shows_items_until_swept(make_astore: Any) -> None:
+    store = await _no_ttl_monitor(make_astore(ttl={"omit_expired": False}))
+    await store.aput(("t", "a"), "stale", {"v": 1}, ttl=60)
+    await _expire(store, "stale")
+    assert (await store.aget(("t", "a"), "stale")).value == {"v": 1}
+    assert [i.key for i in await store.asearch(("t",))] == ["stale"]
+    assert await store.alist_namespaces() == [("t", "a")]
+    assert await store.asweep_ttl() == 1
+    assert await store.aget(("t", "a"), "stale") is None
+
+
 async def test_reput_of_an_expired_item_is_a_new_item(make_astore: Any) -> None:
     store = await _no_ttl_monitor(make_astore())
     await store.aput(("t",), "k", {"v": 1}, ttl=60)
