@@ -57,13 +57,10 @@ def _fail(result: Any) -> Any:
     raise AutoReconnect("reply lost (injected)")
 
 
-class Faults:
-    """Wraps ``collections`` in place; ``arm`` a fault, read ``calls`` afterwards."""
+class _Wrapper:
+    """Puts every collection of ``collections`` behind a ``_Proxy`` calling ``invoke``."""
 
     def __init__(self, collections: dict[str, Any]) -> None:
-        self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
-        self.fault: Fault | None = None
-        self.fired = False
         self._collections = collections
         self._originals = dict(collections)
         for name, coll in self._originals.items():
@@ -71,6 +68,16 @@ class Faults:
 
     def restore(self) -> None:
         self._collections.update(self._originals)
+
+
+class Faults(_Wrapper):
+    """Wraps ``collections`` in place; ``arm`` a fault, read ``calls`` afterwards."""
+
+    def __init__(self, collections: dict[str, Any]) -> None:
+        self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
+        self.fault: Fault | None = None
+        self.fired = False
+        super().__init__(collections)
 
     def arm(self, fault: Fault | None) -> None:
         self.calls, self.fault, self.fired = [], fault, False
@@ -94,18 +101,12 @@ class Faults:
         return _fail(method(requests, *args[1:], **kwargs))
 
 
-class Interleave:
+class Interleave(_Wrapper):
     """Runs ``hook()`` before every collection call except the first (sync collections)."""
 
     def __init__(self, collections: dict[str, Any], hook: Callable[[], None]) -> None:
         self.hook, self.count = hook, 0
-        self._collections = collections
-        self._originals = dict(collections)
-        for name, coll in self._originals.items():
-            collections[name] = _Proxy(coll, name, self)
-
-    def restore(self) -> None:
-        self._collections.update(self._originals)
+        super().__init__(collections)
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         if self.count:
@@ -114,13 +115,12 @@ class Interleave:
         return method(*args, **kwargs)
 
 
-class ByteCounter:
+class ByteCounter(_Wrapper):
     """Sums the BSON size of every document ``find``/``aggregate`` return (sync collections)."""
 
     def __init__(self, collections: dict[str, Any]) -> None:
         self.bytes = 0
-        for name, coll in dict(collections).items():
-            collections[name] = _Proxy(coll, name, self)
+        super().__init__(collections)
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         result = method(*args, **kwargs)
