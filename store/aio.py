@@ -11,12 +11,11 @@ import asyncio
 import logging
 from typing import Any
 
-from mongo_ckpt.store.base import MongoStoreBase
-
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import AsyncClientOwner
 from mongo_ckpt.drivers import arun
+from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from langgraph.store.base import (
     ensure_embeddings,
     validate_op_namespace,
 )
-from mongo_ckpt.store.namespaces import check_namespace_shape
-from mongo_ckpt.store.operations import STORE, StoreOperations
-from mongo_ckpt.store.vectors import aembed, embed
 from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.store.namespaces import check_namespace_shape
+from mongo_ckpt.store.operations import STORE, StoreOperations
+from mongo_ckpt.store.vectors import aembed, embed
 
 logger = logging.getLogger(__name__)
 # What asking for search indexes raises where there is no Atlas Search

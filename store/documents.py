@@ -20,8 +20,6 @@ from typing import Any
 
 from bson import Binary
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from mongo_ckpt.store.namespaces import joined, prefixes
-from mongo_ckpt.store.vectors import mean
 from pymongo import (
     ASCENDING,
     DESCENDING,
@@ -30,6 +28,9 @@ from pymongo import (
     UpdateMany,
     UpdateOne,
 )
+
+from mongo_ckpt.store.namespaces import joined, prefixes
+from mongo_ckpt.store.vectors import mean
 
 # Unset when an overwrite does not write them (a store may switch to or from a serde).
 OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")

@@ -33,6 +33,9 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
+
+from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.store import documents, reading
 from mongo_ckpt.store.filters import matches, value_clauses
 from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query
@@ -48,9 +51,6 @@ from mongo_ckpt.store.vectors import (
     search_index_model,
     vector_search_stage,
 )
-
-from mongo_ckpt.calls import Call, NextBatch, Operation
-from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 
 STORE = "store"
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python

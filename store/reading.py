@@ -8,6 +8,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
+
 from mongo_ckpt.store.documents import live, original_value
 from mongo_ckpt.store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
 

@@ -8,12 +8,11 @@ import threading
 from concurrent.futures import Future, TimeoutError
 from typing import Any
 
-from mongo_ckpt.store.base import MongoStoreBase
-
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import SyncClientOwner
 from mongo_ckpt.drivers import run
 from mongo_ckpt.saver import MongoDBSaver
+from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 

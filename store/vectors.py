@@ -21,8 +21,9 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
-from mongo_ckpt.store.namespaces import ItemKey
 from pymongo.operations import SearchIndexModel
+
+from mongo_ckpt.store.namespaces import ItemKey
 
 SEARCH_INDEX_NAME = "store_vectors"
 Path = tuple[str, "str | list[str]"]  # the path as written, and how get_text_at_path takes it

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
+
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 DIMS = 32

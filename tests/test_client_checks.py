@@ -7,13 +7,13 @@ from typing import Any
 
 import mongomock
 import pytest
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from mongomock_motor import AsyncMongoMockClient
 from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient, MongoClient
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.connection import DEFAULT_WRITE_CONCERN, client_mode
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 NOWHERE = "mongodb://127.0.0.1:1"  # never contacted: connect=False, and checks come first
 

@@ -14,9 +14,9 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from tests.backends import wire_uri
 
 METADATAS: list[dict[str, Any]] = [

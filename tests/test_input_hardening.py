@@ -20,11 +20,11 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.store.base import GetOp, PutOp
 from langgraph.store.memory import InMemoryStore
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
-from mongo_ckpt.store.operations import STORE
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import CHECKPOINTS
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.operations import STORE
 from tests.backends import count_calls, total
 from tests.saver_support import Api, Awaitable, put_chain
 from tests.test_saver_input_validation import refuses, untouched

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import GetOp, PutOp, SearchOp
-from mongo_ckpt.store import MongoDBStore
-from mongo_ckpt.store import documents as store_documents
 from pymongo import DeleteMany, DeleteOne, InsertOne
 from pymongo.monitoring import CommandListener
 
+from mongo_ckpt.store import MongoDBStore
+from mongo_ckpt.store import documents as store_documents
 from tests.backends import sync_client, uri_for
 
 STORE_COMMANDS = {"find", "aggregate", "update", "delete", "insert"}

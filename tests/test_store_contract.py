@@ -17,8 +17,8 @@ from langgraph.store.base import (
     SearchOp,
 )
 from langgraph.store.memory import InMemoryStore
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from tests.backends import count_calls, total, wire_uri
 
 NAMESPACES = [

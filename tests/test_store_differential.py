@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.memory import InMemoryStore
-from mongo_ckpt.store import MongoDBStore
 from pymongo import MongoClient
 
+from mongo_ckpt.store import MongoDBStore
 from tests.backends import wire_uri
 
 LABELS = st.sampled_from(["a", "b", "a-b", "c c", "é"])

@@ -18,16 +18,16 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import GetOp, PutOp, SearchOp
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
-from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
-from mongo_ckpt.store.operations import StoreOperations
-from mongo_ckpt.store.reading import all_of
-from mongo_ckpt.store.vectors import Embedded, unit
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.calls import Call
 from mongo_ckpt.drivers import arun, run
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
+from mongo_ckpt.store.operations import StoreOperations
+from mongo_ckpt.store.reading import all_of
+from mongo_ckpt.store.vectors import Embedded, unit
 from tests.backends import count_calls, sync_client, total
 from tests.store_support import DIMS, FakeEmbeddings
 from tests.test_store_differential import OPS, _check

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from langgraph.store.memory import InMemoryStore
-from mongo_ckpt.store.filters import value_clauses
 
+from mongo_ckpt.store.filters import value_clauses
 from tests.backends import count_calls, total
 
 ITEMS = {

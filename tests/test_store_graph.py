@@ -8,9 +8,9 @@ import pytest
 from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from tests.store_support import DIMS, FakeEmbeddings
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import GetOp, SearchOp
+
 from mongo_ckpt.store.documents import index_models
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import PutOp
-from mongo_ckpt.store.documents import ESCAPE, escaped_key, original_value, stored_value
 
+from mongo_ckpt.store.documents import ESCAPE, escaped_key, original_value, stored_value
 from tests.store_support import DIMS, FakeEmbeddings
 
 SCHEMA: dict[str, Any] = {

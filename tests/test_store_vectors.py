@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from langgraph.store.base import PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
-from mongo_ckpt.store.operations import StoreOperations
-from mongo_ckpt.store.vectors import SEARCH_INDEX_NAME, Embedded, unit
 from pymongo import UpdateOne
 from pymongo.errors import OperationFailure
 
 from mongo_ckpt.calls import Call
+from mongo_ckpt.store.operations import StoreOperations
+from mongo_ckpt.store.vectors import SEARCH_INDEX_NAME, Embedded, unit
 from tests.backends import count_calls, total
 from tests.store_support import DIMS, FakeEmbeddings
 

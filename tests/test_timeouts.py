@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from pymongo.errors import PyMongoError
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 TIMEOUT_MS = 500
 CONFIG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}

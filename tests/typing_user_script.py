@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 
 def reply(state: MessagesState) -> dict[str, list[HumanMessage]]:

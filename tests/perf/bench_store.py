@@ -40,9 +40,9 @@ sys.path.insert(0, str(REPO))
 import mongomock  # noqa: E402
 from langgraph.store.base import GetOp, Op, PutOp, SearchOp  # noqa: E402
 from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
-from mongo_ckpt.store import MongoDBStore  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
+from mongo_ckpt.store import MongoDBStore  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
