@@ -29,6 +29,7 @@ from mongo_ckpt.connection import (
     with_write_concern,
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
+from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.operations import CheckpointOperations
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
@@ -57,6 +58,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
+        list_deltas: bool = True,
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
@@ -72,6 +74,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             (default: ``min(ttl, 3600)``).
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
+        list_deltas: store a new version of a list (or tuple) channel value as its
+            difference from an earlier version this saver wrote on the thread
+            (docs/architecture.md, "List deltas"); ``False`` stores every version whole.
         """
         adopt_client(self, client)
         super().__init__(serde=serde)
@@ -102,6 +107,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             logical: with_write_concern(self.db[name], write_concern)
             for logical, name in self.layout.by_logical().items()
         }
+        self.list_deltas = ListDeltas(enabled=list_deltas)
         self._is_setup = False
 
     @property
@@ -117,7 +123,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     @property
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
-        return CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
+        return CheckpointOperations(
+            self.layout, self.serde, self.filterable_metadata_keys, self.list_deltas
+        )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
         """Monotonic version strings with a random tail, so forked branches never collide.

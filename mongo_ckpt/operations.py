@@ -37,6 +37,7 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
+from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
@@ -72,10 +73,12 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
+        list_deltas: ListDeltas | None = None,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
+        self.deltas = list_deltas if list_deltas is not None else ListDeltas(enabled=False)
 
     def setup(self) -> Operation:
         models = index_models(self.layout)
@@ -90,7 +93,9 @@ class CheckpointOperations:
         doc, write_docs = split_joined(docs)
         blobs = blobs_query([doc])
         blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
-        return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+        loaded = Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+        self.deltas.remember(doc)
+        return loaded
 
     def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
         if not channels:
@@ -124,7 +129,9 @@ class CheckpointOperations:
         while docs := (yield NextBatch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
-                yield Emit(loaded.tuple(doc))
+                item = loaded.tuple(doc)
+                self.deltas.remember(doc)
+                yield Emit(item)
             size = min(size * 5, MAX_PAGE)
 
     def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
@@ -144,18 +151,51 @@ class CheckpointOperations:
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
+        values = checkpoint["channel_values"]
+        parent_chains = yield from self._parent_chains(key, parent_id, values, new_versions)
+        plan = self.deltas.plan(
+            (thread_id, checkpoint_ns, checkpoint_id),
+            parent_id,
+            values,
+            checkpoint["channel_versions"],
+            new_versions,
+            self.serde,
+            parent_chains,
+        )
         blobs = blob_requests(
-            thread_id, checkpoint_ns, checkpoint["channel_values"], new_versions, self.serde
+            thread_id, checkpoint_ns, values, new_versions, self.serde, plan.deltas
         )
         doc = checkpoint_document(
-            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
+            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs:  # values first: a reader never sees a checkpoint without its values
             # Ordered, so each value's head is applied only after its parts (payload.py).
             yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": True})
         yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
+        self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
+
+    def _parent_chains(
+        self,
+        key: Mapping[str, str],
+        parent_id: str | None,
+        values: Mapping[str, Any],
+        new_versions: ChannelVersions,
+    ) -> Operation:
+        """The chains the parent checkpoint names, when an unchanged list value needs them:
+        from memory when this instance read or wrote the parent, else from one ``find``."""
+        if not self.deltas.needs_parent(values, new_versions, parent_id):
+            return None
+        parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
+        chains = self.deltas.known_chains(parent)
+        if chains is None:
+            query = dict(zip(CHECKPOINT_KEY, parent))
+            docs = yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON})
+            for doc in docs:
+                self.deltas.remember(doc)
+            chains = self.deltas.known_chains(parent)
+        return chains
 
     def put_writes(
         self,
@@ -178,6 +218,7 @@ class CheckpointOperations:
 
     def delete_thread(self, thread_id: str) -> Operation:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
+        self.deltas.forget([query["thread_id"]])
         yield from self._delete(query, query, query)
 
     def _delete(self, checkpoints: dict, writes: dict, blobs: dict | None) -> Operation:
@@ -195,6 +236,7 @@ class CheckpointOperations:
         if not threads:
             return
         skeletons = yield from self._skeletons(threads)
+        self.deltas.forget(threads)
         runs = set(ids)
         survivors = [s for s in skeletons if s.get("run_id") not in runs]
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
@@ -241,6 +283,7 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
+        self.deltas.forget(ids)
         if strategy in ("delete", "delete_all"):
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
@@ -260,6 +303,7 @@ class CheckpointOperations:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
         docs = yield Call(CHECKPOINTS, "aggregate", (inactive_threads_pipeline(cutoff),))
         expired = sorted(doc["_id"] for doc in docs)
+        self.deltas.forget(expired)
         if expired:
             threads = {"thread_id": {"$in": expired}}
             yield from self._delete(threads, threads, threads)
@@ -311,4 +355,3 @@ def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceO
     elif collection == WRITES:
         doc["join"] = write_join(*key_of(doc))
     return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
-
