@@ -1,4 +1,4 @@
-"""List deltas: list and tuple channel values stored as differences from an earlier version.
+"""List deltas: list channel values stored as differences from an earlier version.
 
 A delta-stored version of a channel is a ``checkpoint_blobs`` value whose head also
 carries ``base`` (an earlier version of the same thread, namespace and channel) and
@@ -57,9 +57,10 @@ def fenwick_chain(k: int) -> list[int]:
     return chain[::-1]
 
 
-def is_sequence(value: Any) -> bool:
-    """Whether ``value`` may be stored as a list delta (exactly a list or a tuple)."""
-    return type(value) in (list, tuple)
+def is_list(value: Any) -> bool:
+    """Whether ``value`` may be stored as a list delta: exactly a ``list`` (a tuple or a
+    subclass is stored whole, so it reads back as the serializer returns it)."""
+    return type(value) is list
 
 
 def fingerprints(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, ...]:
@@ -97,13 +98,9 @@ class Delta:
     base: Any
     keep: int
     tail: list[Any]
-    is_tuple: bool
 
     def head_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"base": self.base, "keep": self.keep}
-        if self.is_tuple:
-            fields["tuple"] = True
-        return fields
+        return {"base": self.base, "keep": self.keep}
 
 
 @dataclass
@@ -214,7 +211,7 @@ class ListDeltas:
                 if channel in usable and usable[channel][-1].version == version:
                     plan.links[channel] = usable[channel]
                 continue
-            if not (self.enabled and is_sequence(value)):
+            if not (self.enabled and is_list(value)):
                 plan.chains[channel] = [version]
                 continue
             digests = fingerprints(serde, value)
@@ -226,9 +223,7 @@ class ListDeltas:
                 keep = common_prefix(kept[-1].digests, digests)
                 if keep:
                     tail = list(value[keep:])
-                    plan.deltas[channel] = Delta(
-                        kept[-1].version, keep, tail, isinstance(value, tuple)
-                    )
+                    plan.deltas[channel] = Delta(kept[-1].version, keep, tail)
                     plan.links[channel] = [*kept, Link(k, version, digests)]
                     plan.chains[channel] = [link.version for link in plan.links[channel]]
                     continue
@@ -241,7 +236,7 @@ class ListDeltas:
     ) -> bool:
         """Whether an unchanged channel may be a delta whose chain only the parent names."""
         return parent_id is not None and any(
-            is_sequence(v) for ch, v in values.items() if ch not in new_versions
+            is_list(v) for ch, v in values.items() if ch not in new_versions
         )
 
     def wrote(self, key: tuple[str, str, str], plan: Plan) -> None:
@@ -277,8 +272,7 @@ def rebuild(
     value = loads(path[-1][1])
     for head, typed in reversed(path[:-1]):
         keep = head["keep"]
-        if not is_sequence(value) or len(value) < keep:
+        if not isinstance(value, (list, tuple)) or len(value) < keep:
             raise missing(head["base"])
-        items = [*value[:keep], *loads(typed)]
-        value = tuple(items) if head.get("tuple") else items
+        value = [*value[:keep], *loads(typed)]
     return value
