@@ -34,7 +34,18 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Operation,
+    WriteRequest,
+    aggregate,
+    bulk_write,
+    create_indexes,
+    create_search_index,
+    delete_many,
+    find,
+    find_cursor,
+    next_batch,
+)
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.store import documents, reading
 from mongo_ckpt.store.filters import matches, value_clauses
@@ -82,19 +93,19 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def create_indexes(self) -> Operation:
-        yield Call(STORE, "create_indexes", (documents.index_models(),))
+    def create_indexes(self) -> Operation[None]:
+        yield from create_indexes(STORE, documents.index_models())
 
-    def ensure_search_index(self) -> Operation:
+    def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
         assert self.index
         pipeline = [{"$listSearchIndexes": {"name": SEARCH_INDEX_NAME}}]
-        if not (yield Call(STORE, "aggregate", (pipeline,))):
-            yield Call(STORE, "create_search_index", (search_index_model(self.index["dims"]),))
+        if not (yield from aggregate(STORE, pipeline)):
+            yield from create_search_index(STORE, search_index_model(self.index["dims"]))
         return True
 
-    def sweep_ttl(self) -> Operation:
-        result = yield Call(STORE, "delete_many", (documents.expired(documents.utc_now()),))
+    def sweep_ttl(self) -> Operation[int]:
+        result = yield from delete_many(STORE, documents.expired(documents.utc_now()))
         return result.deleted_count
 
     # -- batch ----------------------------------------------------------------
@@ -147,16 +158,15 @@ class StoreOperations:
         """The moment reads hide expired items at; ``None`` (show them) without omit_expired."""
         return now if self.omit_expired else None
 
-    def execute(self, plan: Plan, embedded: Embedded) -> Operation:
+    def execute(self, plan: Plan, embedded: Embedded) -> Operation[list[Result]]:
         now = documents.utc_now()
         results: list[Result] = [None] * plan.size
         read: list[Mapping[str, Any]] = []  # documents whose TTL the read refreshes
         if plan.gets:
-            docs = yield Call(
+            docs = yield from find(
                 STORE,
-                "find",
-                (reading.get_query(plan.gets, self._visible(now)),),
-                {"projection": documents.NO_VECTORS},
+                reading.get_query(plan.gets, self._visible(now)),
+                projection=documents.NO_VECTORS,
             )
             found = {key_of(doc): reading.opened(doc, self.serde) for doc in docs}
             for key, positions in plan.gets.items():
@@ -171,24 +181,17 @@ class StoreOperations:
             if op.refresh_ttl:
                 read.extend(doc for _, doc in page)
         for i, op in plan.listings:
-            docs = (
-                (
-                    yield Call(
-                        STORE, "aggregate", (reading.namespaces_pipeline(op, self._visible(now)),)
-                    )
-                )
-                if op.limit
-                else []
-            )
-            results[i] = reading.namespaces(docs)
+            pipeline = reading.namespaces_pipeline(op, self._visible(now))
+            listed = (yield from aggregate(STORE, pipeline)) if op.limit else []
+            results[i] = reading.namespaces(listed)
         writes = self._writes(plan, embedded, read, now)
         if writes:
-            yield Call(STORE, "bulk_write", (writes,), {"ordered": True})
+            yield from bulk_write(STORE, writes, ordered=True)
         return results
 
     def _search(
         self, op: SearchOp, clauses: list[dict[str, Any]], embedded: Embedded, now: datetime
-    ) -> Operation:
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
         """``[(score, document)]`` of one search page, values readable."""
         if not op.limit:
             return []
@@ -197,16 +200,13 @@ class StoreOperations:
         if not (op.query and self.index):
             if local:
                 return (yield from self._recent_matching(op, local, now))
-            docs = yield Call(
+            docs = yield from find(
                 STORE,
-                "find",
-                (reading.search_query(op.namespace_prefix, server, self._visible(now)),),
-                {
-                    "projection": documents.NO_VECTORS,
-                    "sort": documents.RECENT_FIRST,
-                    "skip": op.offset,
-                    "limit": op.limit,
-                },
+                reading.search_query(op.namespace_prefix, server, self._visible(now)),
+                projection=documents.NO_VECTORS,
+                sort=documents.RECENT_FIRST,
+                skip=op.offset,
+                limit=op.limit,
             )
             return [(None, reading.opened(doc, self.serde)) for doc in docs]
         query = embedded.queries[op.query]
@@ -217,29 +217,28 @@ class StoreOperations:
                 {"$match": reading.search_query((), server, self._visible(now))},
                 {"$project": {"embedding": 0}},
             ]
-            docs = yield Call(STORE, "aggregate", (pipeline,))
+            docs = yield from aggregate(STORE, pipeline)
         else:
             query_doc = reading.search_query(op.namespace_prefix, server, self._visible(now))
-            docs = yield Call(STORE, "find", (query_doc,), {"projection": {"embedding": 0}})
+            docs = yield from find(STORE, query_doc, projection={"embedding": 0})
         candidates = self._matching(docs, local)
         return ranked(query, candidates)[op.offset : op.offset + op.limit]
 
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
-    ) -> Operation:
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
         """A page of the newest items passing ``clauses``, filtered here: one ``find`` over
         the namespace, read only until the page is full."""
         wanted = op.offset + op.limit
-        cursor = yield Call(
+        cursor = yield from find_cursor(
             STORE,
-            "find",
-            (reading.search_query(op.namespace_prefix, (), self._visible(now)),),
-            {"projection": documents.NO_VECTORS, "sort": documents.RECENT_FIRST},
-            stream=True,
+            reading.search_query(op.namespace_prefix, (), self._visible(now)),
+            projection=documents.NO_VECTORS,
+            sort=documents.RECENT_FIRST,
         )
         found: list[Mapping[str, Any]] = []
         size = wanted
-        while len(found) < wanted and (docs := (yield NextBatch(cursor, size))):
+        while len(found) < wanted and (docs := (yield from next_batch(cursor, size))):
             found.extend(self._matching(docs, clauses))
             size = min(size * 4, MAX_READ_BATCH)
         return [(None, doc) for doc in found[op.offset : wanted]]
@@ -252,11 +251,11 @@ class StoreOperations:
 
     def _writes(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
-    ) -> list[Any]:
+    ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
         as one command, so this is at most two commands (one for a single put or delete)."""
         upserts = [op for op in plan.puts.values() if op.value is not None]
-        deletes: list[Any] = [
+        deletes: list[WriteRequest] = [
             documents.delete_request(op.namespace, op.key)
             for op in plan.puts.values()
             if op.value is None
