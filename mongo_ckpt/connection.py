@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
 from mongo_ckpt.drivers import run_on_loop
+
+T = TypeVar("T")
 
 DEFAULT_DB_NAME = "checkpointing_db"
 # Every operation of a client made by ``from_conn_string`` (and the demo) gives up after
@@ -194,5 +196,5 @@ class AsyncClientOwner(ClientOwner):
     def _bind_running_loop(self) -> None:
         self.loop = asyncio.get_running_loop()
 
-    def _on_loop(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return run_on_loop(coro, self.loop, type(self).__name__)

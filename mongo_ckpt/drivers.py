@@ -11,7 +11,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from itertools import islice
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pymongo.errors import InvalidOperation
 
@@ -166,8 +166,8 @@ async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
 
 
 def run_on_loop(
-    coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None, owner: str
-) -> Any:
+    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None, owner: str
+) -> T:
     """Run ``coro`` on ``loop`` (the async object's own) from another thread and wait.
 
     This is how the sync methods of the async saver and store work; calling them
@@ -191,3 +191,69 @@ def run_on_loop(
             "thread; use the async methods, or the sync class"
         )
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+_DONE = object()
+
+
+class SyncDriver:
+    """How a saver or store on synchronous collections runs its operations, each
+    ``_prepared`` first; the async methods run them in a worker thread."""
+
+    if TYPE_CHECKING:  # supplied by the class this is mixed into
+        collections: dict[str, Any]
+
+        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+
+    def _run(self, operation: Operation[T]) -> T:
+        return run(self.collections, self._prepared(operation))
+
+    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
+        return iterate(self.collections, self._prepared(operation))
+
+    async def _arun(self, operation: Operation[T]) -> T:
+        return await asyncio.to_thread(self._run, operation)
+
+    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+        items = self._iter(operation)
+        while (item := await asyncio.to_thread(next, items, _DONE)) is not _DONE:
+            yield item
+
+
+class AsyncDriver:
+    """How a saver or store on asynchronous collections runs its operations, each
+    ``_prepared`` first; the sync methods submit them to the object's event loop from
+    another thread."""
+
+    if TYPE_CHECKING:  # supplied by the class this is mixed into
+        collections: dict[str, Any]
+
+        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+
+        def _bind_running_loop(self) -> None: ...
+
+        def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+    async def _arun(self, operation: Operation[T]) -> T:
+        self._bind_running_loop()
+        return await arun(self.collections, self._prepared(operation))
+
+    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+        self._bind_running_loop()
+        async for item in aiterate(self.collections, self._prepared(operation)):
+            yield item
+
+    def _run(self, operation: Operation[T]) -> T:
+        return self._on_loop(self._arun(operation))
+
+    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
+        items = self._aiter(operation)
+        while True:
+            try:
+                yield self._on_loop(_next(items))
+            except StopAsyncIteration:
+                return
+
+
+async def _next(items: AsyncIterator[Any]) -> Any:
+    return await anext(items)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
-from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import AsyncClientOwner
-from mongo_ckpt.drivers import arun
+from mongo_ckpt.drivers import AsyncDriver
 from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 
 
-class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
+class AsyncMongoDBStore(AsyncClientOwner, AsyncDriver, MongoStoreBase):
     """LangGraph ``BaseStore`` on an asynchronous MongoDB client.
 
     Example:
@@ -76,10 +74,3 @@ class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
             self._sweeper = task
             return False
         return True
-
-    async def _arun_op(self, operation: Operation) -> Any:
-        self._bind_running_loop()
-        return await arun(self.collections, operation)
-
-    def _run_op(self, operation: Operation) -> Any:
-        return self._on_loop(self._arun_op(operation))

@@ -16,6 +16,7 @@ the page is cut; the calls per batch stay the same.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +34,7 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
+from pymongo.errors import OperationFailure
 
 from mongo_ckpt.calls import (
     Operation,
@@ -63,7 +65,12 @@ from mongo_ckpt.store.vectors import (
     vector_search_stage,
 )
 
+logger = logging.getLogger(__name__)
+
 STORE = "store"
+# What asking for search indexes raises where there is no Atlas Search
+# (MongoDB Community, SecantusDB: OperationFailure; mongomock: NotImplementedError).
+SEARCH_UNAVAILABLE = (OperationFailure, NotImplementedError)
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python
 
 
@@ -93,8 +100,15 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def create_indexes(self) -> Operation[None]:
+    def setup(self) -> Operation[None]:
+        """The indexes and, unless known already, the vector index where Atlas has one."""
         yield from create_indexes(STORE, documents.index_models())
+        if self.index and self.vector_search is None:
+            try:
+                self.vector_search = yield from self.ensure_search_index()
+            except SEARCH_UNAVAILABLE as exc:
+                logger.info("no Atlas Vector Search on this server (%s): exact vector search", exc)
+                self.vector_search = False
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from concurrent.futures import Future, TimeoutError
-from typing import Any
 
-from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import SyncClientOwner
-from mongo_ckpt.drivers import run
+from mongo_ckpt.drivers import SyncDriver
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 
 
-class MongoDBStore(SyncClientOwner, MongoStoreBase):
+class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase):
     """LangGraph ``BaseStore`` on ``pymongo.MongoClient`` (or mongomock).
 
     The async methods run the I/O in a worker thread.
@@ -71,9 +68,3 @@ class MongoDBStore(SyncClientOwner, MongoStoreBase):
             return False
         self._sweeper = None
         return True
-
-    def _run_op(self, operation: Operation) -> Any:
-        return run(self.collections, operation)
-
-    async def _arun_op(self, operation: Operation) -> Any:
-        return await asyncio.to_thread(self._run_op, operation)
