@@ -71,7 +71,7 @@ class Emit:
 Step = Call | NextBatch | Emit
 Operation = Generator[Step, Any, T]
 """An operation returning ``T``: ``Operation[None]``, ``Operation[list[str]]``..."""
-Calling = Generator[Call, Any, T]
+Calling = Generator[Call, T, T]
 """One ``Call`` whose result is ``T``; used as ``result = yield from find(...)``."""
 
 
@@ -107,7 +107,9 @@ def find_cursor(
     return (yield Call(collection, "find", (filter,), options, stream=True))
 
 
-def next_batch(cursor: Cursor, size: int) -> Generator[NextBatch, Any, list[Document]]:
+def next_batch(
+    cursor: Cursor, size: int
+) -> Generator[NextBatch, list[Document], list[Document]]:
     """Up to ``size`` further documents of ``cursor``; ``[]`` once it is exhausted."""
     return (yield NextBatch(cursor, size))
 

@@ -150,7 +150,7 @@ class SyncClientOwner(ClientOwner):
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
-        client: MongoClient = MongoClient(conn_string, **options)
+        client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
@@ -187,7 +187,7 @@ class AsyncClientOwner(ClientOwner):
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
-        client: AsyncMongoClient = AsyncMongoClient(conn_string, **options)
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:

@@ -28,7 +28,7 @@ class AsyncMongoDBStore(AsyncClientOwner, AsyncDriver, MongoStoreBase):
     """
 
     _saver_type = AsyncMongoDBSaver
-    _sweeper: asyncio.Task | None = None
+    _sweeper: asyncio.Task[None] | None = None
     _sweeper_stop: asyncio.Event
 
     async def setup(self) -> None:  # type: ignore[override]
@@ -36,7 +36,9 @@ class AsyncMongoDBStore(AsyncClientOwner, AsyncDriver, MongoStoreBase):
         as on LangGraph's other async stores; ``asetup`` is the same coroutine."""
         await self.asetup()
 
-    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task:
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Task[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s ``sweep_interval_minutes``, else 5) in a task on the running loop,
         as ``AsyncPostgresStore`` does; returns the task (the running one if started)."""

@@ -18,6 +18,7 @@ from langgraph.store.base import (
 )
 from typing_extensions import Self
 
+from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 from mongo_ckpt.store.namespaces import check_namespace_shape
@@ -34,7 +35,7 @@ class MongoStoreBase(BaseStore):
     """
 
     supports_ttl: bool = True
-    _saver_type: ClassVar[type]
+    _saver_type: ClassVar[type[MongoSaverBase]]
 
     def __init__(
         self,
@@ -67,7 +68,7 @@ class MongoStoreBase(BaseStore):
         """
         if _is_collection(client):  # MongoDBStore(collection, ttl_config=..., index_config=...)
             if isinstance(db_name, Mapping):  # the official positional order
-                db_name, ttl_config = DEFAULT_DB_NAME, db_name  # type: ignore[assignment]
+                db_name, ttl_config = DEFAULT_DB_NAME, db_name
             collection_name = client.name
             db_name = client.database.name
             client = client.database.client
@@ -76,7 +77,8 @@ class MongoStoreBase(BaseStore):
         ttl = ttl if ttl is not None else ttl_config
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
-        if ttl and ttl.get("default_ttl") is not None and not ttl["default_ttl"] > 0:
+        default_ttl = (ttl or {}).get("default_ttl")
+        if default_ttl is not None and not default_ttl > 0:
             raise ValueError(f"default_ttl must be a positive number of minutes or None, got {ttl}")
         if serde is not None and not all(
             callable(getattr(serde, name, None)) for name in ("dumps_typed", "loads_typed")

@@ -160,7 +160,7 @@ class StoreOperations:
                 documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
             _check_value_size(op.namespace, key, op.value)
-        if op.index not in (None, False) and (
+        if op.index is not None and op.index is not False and (
             isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
         ):
             raise TypeError(f"index must be False, None or a list of field paths, got {op.index!r}")
@@ -194,9 +194,9 @@ class StoreOperations:
             results[i] = [reading.search_item(doc, score) for score, doc in page]
             if op.refresh_ttl:
                 read.extend(doc for _, doc in page)
-        for i, op in plan.listings:
-            pipeline = reading.namespaces_pipeline(op, self._visible(now))
-            listed = (yield from aggregate(STORE, pipeline)) if op.limit else []
+        for i, listing in plan.listings:
+            pipeline = reading.namespaces_pipeline(listing, self._visible(now))
+            listed = (yield from aggregate(STORE, pipeline)) if listing.limit else []
             results[i] = reading.namespaces(listed)
         writes = self._writes(plan, embedded, read, now)
         if writes:
@@ -268,7 +268,6 @@ class StoreOperations:
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
         as one command, so this is at most two commands (one for a single put or delete)."""
-        upserts = [op for op in plan.puts.values() if op.value is not None]
         deletes: list[WriteRequest] = [
             documents.delete_request(op.namespace, op.key)
             for op in plan.puts.values()
@@ -285,7 +284,8 @@ class StoreOperations:
                 self.serde,
                 now,
             )
-            for op in upserts
+            for op in plan.puts.values()
+            if op.value is not None
         ]
         return [*deletes, *documents.refresh_requests(read, now), *updates]
 

@@ -26,10 +26,10 @@ class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase):
     """
 
     _saver_type = MongoDBSaver
-    _sweeper: Future | None = None
+    _sweeper: Future[None] | None = None
     _sweeper_stop: threading.Event
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future:
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s ``sweep_interval_minutes``, else 5) in a daemon thread, as
         ``PostgresStore`` does; the future completes when the sweeper stops."""
@@ -37,7 +37,7 @@ class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase):
             return self._sweeper
         interval = self._sweep_interval_seconds(sweep_interval_minutes)
         stop = self._sweeper_stop = threading.Event()
-        future: Future = Future()
+        future: Future[None] = Future()
 
         def sweep_forever() -> None:
             try:
