@@ -131,7 +131,7 @@ def values_entries(chains: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return entries
 
 
-class _Lru(OrderedDict):
+class _Lru(OrderedDict[Any, Any]):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
@@ -231,13 +231,10 @@ class ListDeltas:
             plan.chains[channel] = [version]
         return plan
 
-    def needs_parent(
-        self, values: Mapping[str, Any], new_versions: Mapping[str, Any], parent_id: str | None
-    ) -> bool:
+    @staticmethod
+    def needs_parent(values: Mapping[str, Any], new_versions: Mapping[str, Any]) -> bool:
         """Whether an unchanged channel may be a delta whose chain only the parent names."""
-        return parent_id is not None and any(
-            is_list(v) for ch, v in values.items() if ch not in new_versions
-        )
+        return any(is_list(v) for ch, v in values.items() if ch not in new_versions)
 
     def wrote(self, key: tuple[str, str, str], plan: Plan) -> None:
         """Record a stored checkpoint: the next ``put`` on it may write deltas."""
@@ -248,8 +245,8 @@ class ListDeltas:
 
 
 def rebuild(
-    heads: Mapping[tuple, tuple[Mapping[str, Any], tuple[str, bytes]]],
-    key: tuple,
+    heads: Mapping[tuple[Any, ...], tuple[Mapping[str, Any], tuple[str, bytes]]],
+    key: tuple[Any, ...],
     loads: Callable[[tuple[str, bytes]], Any],
     missing: Callable[[Any], Exception],
 ) -> Any:
