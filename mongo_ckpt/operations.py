@@ -342,8 +342,9 @@ class CheckpointOperations:
         """Delete ``doomed`` checkpoints, their writes, and the values only they use.
 
         Values are deleted by exact key: the versions the doomed checkpoints name,
-        minus those a surviving checkpoint of the snapshot names. A value written
-        after the snapshot (a concurrent ``put``) is never a candidate. The one race
+        minus those a surviving checkpoint of the snapshot names. ``values`` names
+        list-delta bases too, so a base lives as long as a checkpoint rebuilt from it.
+        A value written after the snapshot (a concurrent ``put``) is never a candidate. The one race
         left: a concurrent ``put`` that forks from a doomed checkpoint and names an
         existing version only doomed checkpoints named; its read then raises
         ``MissingValueError`` rather than returning a partial state.
