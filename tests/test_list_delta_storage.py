@@ -19,7 +19,7 @@ from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.listdelta import fingerprints
 from mongo_ckpt.reading import MissingValueError
-from tests.backends import count_calls, total
+from tests.backends import count_calls, total, wire_uri
 from tests.saver_support import Api, maybe_await
 
 MB = 1024 * 1024
@@ -328,3 +328,24 @@ async def test_concurrent_threads_on_one_sync_saver(saver: MongoDBSaver) -> None
         got = await api.get_tuple({"configurable": {"thread_id": thread_id}})
         assert got.checkpoint["channel_values"]["messages"] == messages
     assert await api.count(BLOBS, {"base": {"$exists": True}}) == 6 * 9
+
+
+async def test_from_conn_string_turns_list_deltas_off() -> None:
+    uri = wire_uri()
+    with MongoDBSaver.from_conn_string(uri, "off_sync", list_deltas=False) as saver:
+        await grow_and_count_deltas(Api(saver), expected=0)
+    async with AsyncMongoDBSaver.from_conn_string(uri, "off_async", list_deltas=False) as asaver:
+        await grow_and_count_deltas(Api(asaver), expected=0)
+    async with AsyncMongoDBSaver.from_conn_string(uri, "on_async") as asaver:
+        await grow_and_count_deltas(Api(asaver), expected=3)
+
+
+async def grow_and_count_deltas(api: Api, expected: int) -> None:
+    chain, messages = Chain(api), []
+    for i in range(4):
+        messages = [*messages, message(i, 10)]
+        await chain.put(messages)
+    assert await api.count(BLOBS, {"base": {"$exists": True}}) == expected
+    got = await api.get_tuple(chain.config)
+    assert got.checkpoint["channel_values"]["messages"] == messages
+    await api.drop_database()
