@@ -135,7 +135,7 @@ def check_bounded_chains(api: Api, thread_id: str, puts: int) -> None:
 
 
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

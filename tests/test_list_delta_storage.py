@@ -150,9 +150,7 @@ async def check_round_trips(api: Api) -> None:
         (BLOBS, "bulk_write"): 1,
         (CHECKPOINTS, "update_one"): 1,
     }
-    assert (await other.get_tuple(again)).checkpoint["channel_values"]["messages"] == messages[
-        :21
-    ]
+    assert (await other.get_tuple(again)).checkpoint["channel_values"]["messages"] == messages[:21]
 
 
 async def test_round_trips_async(asaver: AsyncMongoDBSaver) -> None:
@@ -349,3 +347,43 @@ async def grow_and_count_deltas(api: Api, expected: int) -> None:
     got = await api.get_tuple(chain.config)
     assert got.checkpoint["channel_values"]["messages"] == messages
     await api.drop_database()
+
+
+async def check_delta_channel_seed_is_rebuilt(api: Api) -> None:
+    """A list stored as deltas that then seeds a DeltaChannel (a graph switched from a
+    plain list channel): ``get_delta_channel_history`` returns the whole list as the seed."""
+    chain = Chain(api)
+    messages: list[Any] = []
+    for i in range(6):
+        messages = [*messages, message(i, 10)]
+        await chain.put(messages)
+    assert await api.count(BLOBS, {"base": {"$exists": True}}) == 5
+    versions = {
+        **chain.versions,
+        "messages": api.saver.get_next_version(chain.versions["messages"], None),
+    }
+    checkpoint = {
+        **empty_checkpoint(),
+        "id": "1ef999999999999",
+        "channel_values": {"other": ["fixed"]},
+        "channel_versions": versions,
+    }
+    metadata = {
+        "source": "loop",
+        "step": 7,
+        "parents": {},
+        "counters_since_delta_snapshot": {"messages": (1, 1)},
+    }
+    await api.put_writes(chain.config, [("messages", [message(99, 10)])], "task")
+    target = await api.put(chain.config, checkpoint, metadata, {"messages": versions["messages"]})
+    history = await api.get_delta_channel_history(config=target, channels=["messages"])
+    assert history["messages"]["seed"] == messages
+    assert [w[2] for w in history["messages"]["writes"]] == [[message(99, 10)]]
+
+
+async def test_delta_channel_seed_is_rebuilt_async(asaver: AsyncMongoDBSaver) -> None:
+    await check_delta_channel_seed_is_rebuilt(Api(asaver))
+
+
+async def test_delta_channel_seed_is_rebuilt_sync(saver: MongoDBSaver) -> None:
+    await check_delta_channel_seed_is_rebuilt(Api(saver))
