@@ -1,16 +1,14 @@
-"""Shared helpers for the store tests (no tests here): store factories and a fake embedder."""
+"""Shared helpers for the store tests (no tests here): a fake embedder and document keys.
+
+The store factories ``make_store`` and ``make_astore`` are fixtures in ``conftest.py``."""
 
 from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import pytest
 from langchain_core.embeddings import Embeddings
-
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 DIMS = 32
 
@@ -45,36 +43,6 @@ class FakeEmbeddings(Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         return self.embed_query(text)
-
-
-async def _maybe_await(result: Any) -> Any:
-    if hasattr(result, "__await__"):
-        return await result
-    return result
-
-
-@pytest.fixture
-async def make_astore(
-    aclient: Any, db_name: str
-) -> AsyncIterator[Callable[..., AsyncMongoDBStore]]:
-    """Factory of ``AsyncMongoDBStore``s on the parametrized async client, in a fresh database."""
-
-    def make(**kwargs: Any) -> AsyncMongoDBStore:
-        return AsyncMongoDBStore(aclient, db_name, **kwargs)
-
-    yield make
-    await _maybe_await(aclient.drop_database(db_name))
-
-
-@pytest.fixture
-def make_store(client: Any, db_name: str) -> Iterator[Callable[..., MongoDBStore]]:
-    """Factory of ``MongoDBStore``s on the parametrized sync client, in a fresh database."""
-
-    def make(**kwargs: Any) -> MongoDBStore:
-        return MongoDBStore(client, db_name, **kwargs)
-
-    yield make
-    client.drop_database(db_name)
 
 
 def stored(docs: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], str]]:
