@@ -7,12 +7,14 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import mongomock
+import pytest
 
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 patch_mongomock_bulk()
@@ -39,6 +41,10 @@ class Target:
         motor = "-motor" if self.driver == "motor" else ""
         return f"{self.backend}{motor}-{'async' if self.is_async else 'sync'}"
 
+    @property
+    def saver_class(self) -> type[MongoDBSaver] | type[AsyncMongoDBSaver]:
+        return AsyncMongoDBSaver if self.is_async else MongoDBSaver
+
     def client(self) -> Any:
         """A new client of this driver on this backend."""
         if self.is_async:
@@ -49,6 +55,15 @@ class Target:
 TARGETS = [Target(b, d, False) for b, d in SYNC_DRIVERS] + [
     Target(b, d, True) for b, d in ASYNC_DRIVERS
 ]
+
+
+def target_params(targets: Iterable[Target]) -> list[Any]:
+    """One ``pytest.param`` per target, with its id; those on the real server are marked
+    ``mongodb`` (skipped without ``MONGODB_URI``)."""
+    return [
+        pytest.param(t, id=t.id, marks=[pytest.mark.mongodb] if t.backend == "mongodb" else [])
+        for t in targets
+    ]
 
 _wire_server: Any = None
 _wire_storage: str | None = None

@@ -24,16 +24,14 @@ from tests.backends import (
     maybe_await,
     stop_wire,
     sync_client,
+    target_params,
 )
 from tests.saver_support import Api
 
 
-def _marks(backend: str) -> list[Any]:
-    return [pytest.mark.mongodb] if backend == "mongodb" else []
-
-
 def _param(backend: str, driver: str) -> Any:
-    return pytest.param((backend, driver), id=f"{backend}-{driver}", marks=_marks(backend))
+    marks = [pytest.mark.mongodb] if backend == "mongodb" else []
+    return pytest.param((backend, driver), id=f"{backend}-{driver}", marks=marks)
 
 
 SERVER_CHECK_TIMEOUT_MS = 2_000
@@ -105,7 +103,7 @@ def client(request: Any) -> Iterator[Any]:
     c.close()
 
 
-@pytest.fixture(params=[pytest.param(t, id=t.id, marks=_marks(t.backend)) for t in TARGETS])
+@pytest.fixture(params=target_params(TARGETS))
 def target(request: Any) -> Target:
     """Each backend with each driver, sync and async (``mock-sync``, ``wire-async``...)."""
     return request.param
@@ -115,7 +113,7 @@ def target(request: Any) -> Target:
 async def api(target: Target, db_name: str) -> AsyncIterator[Api]:
     """A set-up saver of ``target``'s kind in a fresh database, behind ``Api``."""
     client = target.client()
-    api = Api((AsyncMongoDBSaver if target.is_async else MongoDBSaver)(client, db_name))
+    api = Api(target.saver_class(client, db_name))
     await api.setup()
     yield api
     await api.drop_database()

@@ -112,7 +112,7 @@ async def check_ttl_beyond_maximum(api: Api) -> None:
 
 
 async def _construct(api: Api, ttl: float) -> None:
-    api.variant(ttl=ttl)
+    api.reopened(ttl=ttl)
 
 
 CHECKS = [
