@@ -27,6 +27,7 @@ from tests.backends import (
     target_params,
 )
 from tests.saver_support import Api
+from tests.store_support import StoreApi
 
 
 def _param(backend: str, driver: str) -> Any:
@@ -158,3 +159,13 @@ def make_store(client: Any, db_name: str) -> Iterator[Callable[..., MongoDBStore
 
     yield make
     client.drop_database(db_name)
+
+
+@pytest.fixture
+async def store_api(target: Target, db_name: str) -> AsyncIterator[StoreApi]:
+    """A store of ``target``'s kind in a fresh database, behind ``StoreApi``."""
+    client = target.client()
+    store_class = AsyncMongoDBStore if target.is_async else MongoDBStore
+    yield StoreApi(store_class(client, db_name))
+    await maybe_await(client.drop_database(db_name))
+    await aclose(client)
