@@ -8,7 +8,6 @@ run must not lose a single document.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
+from tests.backends import maybe_await
 from tests.delta_graphs import CHANNEL, Shape, Step, builder, documents, play
 from tests.graphs import thread
 from tests.saver_support import Api
@@ -30,11 +30,11 @@ SMALL = Shape(snapshot_frequency=3, writers=1, subgraph=False, durability="async
 async def age(saver: MongoSaverBase, thread_id: str) -> None:
     """Make every checkpoint of the thread twice ``TTL`` old."""
     old = datetime.now(timezone.utc) - timedelta(seconds=2 * TTL)
-    result = saver.collections["checkpoints"].update_many(
-        {"thread_id": thread_id}, {"$set": {"created_at": old}}
+    await maybe_await(
+        saver.collections["checkpoints"].update_many(
+            {"thread_id": thread_id}, {"$set": {"created_at": old}}
+        )
     )
-    if inspect.isawaitable(result):
-        await result
 
 
 async def counts(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
