@@ -8,11 +8,14 @@ interface, so each behaviour is written once and run on both savers (and, throug
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import bson
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import (
@@ -25,12 +28,13 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
-from tests.backends import maybe_await
+from tests.backends import count_calls, maybe_await, total
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
+Attempt = Callable[[], Awaitable[Any]]
 
 
-class Awaitable:
+class AwaitableMethods:
     """An object whose methods are called through ``await wrapper.name(...)``: ``aname`` on
     an async object (``Async...`` classes), ``name`` on a sync one."""
 
@@ -49,7 +53,7 @@ class Awaitable:
         return getattr(self.target, name)(*args, **kwargs)
 
 
-class Api(Awaitable):
+class Api(AwaitableMethods):
     """A saver behind async methods: ``await api.put(...)`` calls ``aput`` on an async
     saver and ``put`` on a sync one. Graphs compiled by ``compile`` run through the
     matching graph API (the sync one in a worker thread, so concurrent runs really
@@ -225,3 +229,21 @@ async def assert_no_orphans(api: Api) -> None:
     }
     assert blobs - refs == set(), "blob documents no checkpoint refers to"
     assert writes - keys == set(), "write documents of deleted checkpoints"
+
+
+@asynccontextmanager
+async def untouched(api: Api) -> AsyncIterator[None]:
+    """The block makes no database call and leaves every collection as it was."""
+    before = await api.counts()
+    counter = count_calls(api.saver.collections)
+    yield
+    assert total(counter) == 0, counter
+    assert await api.counts() == before
+
+
+async def refuses(api: Api, attempts: Iterable[Attempt], error: type, text: str) -> None:
+    """Each attempt raises ``error`` with ``text`` in its message and touches nothing."""
+    for attempt in attempts:
+        async with untouched(api):
+            with pytest.raises(error, match=re.escape(text)):
+                await attempt()

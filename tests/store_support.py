@@ -16,7 +16,7 @@ from langchain_core.embeddings import Embeddings
 
 from mongo_ckpt.store.operations import STORE
 from tests.backends import count_calls, total
-from tests.saver_support import Awaitable
+from tests.saver_support import AwaitableMethods
 
 DIMS = 32
 
@@ -57,7 +57,7 @@ def stored(docs: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], str]]:
     return sorted((tuple(d["namespace"]), d["key"]) for d in docs)
 
 
-class StoreApi(Awaitable):
+class StoreApi(AwaitableMethods):
     """A store behind async methods: ``await s.put(...)`` is ``aput`` or ``put``."""
 
     def __init__(self, store: Any) -> None:

@@ -21,9 +21,8 @@ from langgraph.store.base import GetOp, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from mongo_ckpt.operations import CHECKPOINTS
-from tests.saver_support import Api, put_chain
+from tests.saver_support import Api, put_chain, refuses, untouched
 from tests.store_support import StoreApi
-from tests.test_saver_input_validation import refuses, untouched
 
 MIB = 2**20
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -22,26 +19,13 @@ from tests.backends import (
     TARGETS,
     Target,
     aclose,
-    count_calls,
     sync_client,
     target_params,
-    total,
 )
-from tests.saver_support import Api, put_chain
+from tests.saver_support import Api, Attempt, put_chain, refuses
 
 # A query operator and a list: either would change what a query matches.
 BAD_IDS: list[Any] = [{"$ne": None}, ["t"]]
-Attempt = Callable[[], Awaitable[Any]]
-
-
-@asynccontextmanager
-async def untouched(api: Api) -> AsyncIterator[None]:
-    """The block makes no database call and leaves every collection as it was."""
-    before = await api.counts()
-    counter = count_calls(api.saver.collections)
-    yield
-    assert total(counter) == 0, counter
-    assert await api.counts() == before
 
 
 def config_calls(api: Api, config: RunnableConfig) -> dict[str, Attempt]:
@@ -52,14 +36,6 @@ def config_calls(api: Api, config: RunnableConfig) -> dict[str, Attempt]:
         "put": lambda: api.put(config, generate_checkpoint(), generate_metadata(), {}),
         "put_writes": lambda: api.put_writes(config, [("w", 1)], "task"),
     }
-
-
-async def refuses(api: Api, attempts: Iterable[Attempt], error: type, text: str) -> None:
-    """Each attempt raises ``error`` with ``text`` in its message and touches nothing."""
-    for attempt in attempts:
-        async with untouched(api):
-            with pytest.raises(error, match=re.escape(text)):
-                await attempt()
 
 
 async def test_missing_thread_id(api: Api) -> None:
