@@ -247,7 +247,9 @@ def assemble(
 
 def _missing(key: tuple[Any, ...]) -> Callable[[Any], Exception]:
     def error(at: Any) -> Exception:
-        return MissingValueError(*key, base=at if at != key[3] else None)
+        thread_id, checkpoint_ns, channel, version = key
+        base = at if at != version else None
+        return MissingValueError(thread_id, checkpoint_ns, channel, version, base)
 
     return error
 
