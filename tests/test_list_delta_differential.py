@@ -142,8 +142,8 @@ def check_bounded_chains(api: Api, thread_id: str, puts: int) -> None:
 @given(program=programs)
 def test_every_version_reads_back_like_whole_values(saver: MongoDBSaver, program: list) -> None:
     delta_api = Api(saver)
-    other = delta_api.variant()  # a second instance with its own memory, same collections
-    plain = delta_api.variant(f"{saver.db.name}_plain", list_deltas=False)
+    other = delta_api.reopened()  # a second instance with its own memory, same collections
+    plain = delta_api.reopened(f"{saver.db.name}_plain", list_deltas=False)
     thread_id = f"t{next(_ids)}"
     done = run_program([delta_api, other], plain, program, thread_id)
     check_reads([delta_api, other, plain], done)
@@ -156,7 +156,7 @@ def test_every_version_reads_back_like_whole_values(saver: MongoDBSaver, program
 
 def test_appends_are_stored_as_deltas(saver: MongoDBSaver) -> None:
     api = Api(saver)
-    plain = api.variant(f"{saver.db.name}_plain", list_deltas=False)
+    plain = api.reopened(f"{saver.db.name}_plain", list_deltas=False)
     program = [{"back": 0, "ns": "", "writer": 0, "edits": {}}] + [
         {"back": 0, "ns": "", "writer": 0, "edits": {"messages": [("append", ["x" * 100])]}}
         for _ in range(32)

@@ -14,7 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.reading import MissingValueError
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
 from tests.saver_support import Api, assert_no_orphans
 
 
@@ -27,7 +27,7 @@ def chat() -> StateGraph:
 
 
 async def say(
-    run: Runner, graph: CompiledStateGraph, thread_id: str, *texts: str, run_id: str = ""
+    run: Api, graph: CompiledStateGraph, thread_id: str, *texts: str, run_id: str = ""
 ) -> None:
     config = thread(thread_id, **({"run_id": run_id} if run_id else {}))
     for text in texts:
@@ -38,7 +38,7 @@ def contents(state: Any) -> list[str]:
     return [m.content for m in state.values["messages"]]
 
 
-async def check_two_instances_on_one_thread(run: Runner) -> None:
+async def check_two_instances_on_one_thread(run: Api) -> None:
     other = run.reopened()
     graphs = [run.compile(chat()), other.compile(chat())]
     for turn in range(12):
@@ -54,14 +54,14 @@ async def check_two_instances_on_one_thread(run: Runner) -> None:
 
 
 async def test_two_instances_on_one_thread_sync(saver: MongoDBSaver) -> None:
-    await check_two_instances_on_one_thread(SyncRunner(saver))
+    await check_two_instances_on_one_thread(Api(saver))
 
 
 async def test_two_instances_on_one_thread_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_two_instances_on_one_thread(AsyncRunner(asaver))
+    await check_two_instances_on_one_thread(Api(asaver))
 
 
-async def check_thread_reused_after_delete(run: Runner) -> None:
+async def check_thread_reused_after_delete(run: Api) -> None:
     other = run.reopened()
     graph, other_graph = run.compile(chat()), other.compile(chat())
     await say(run, graph, "reused", "a", "b", "c", "d")
@@ -75,14 +75,14 @@ async def check_thread_reused_after_delete(run: Runner) -> None:
 
 
 async def test_thread_reused_after_delete_sync(saver: MongoDBSaver) -> None:
-    await check_thread_reused_after_delete(SyncRunner(saver))
+    await check_thread_reused_after_delete(Api(saver))
 
 
 async def test_thread_reused_after_delete_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_thread_reused_after_delete(AsyncRunner(asaver))
+    await check_thread_reused_after_delete(Api(asaver))
 
 
-async def check_run_continues_after_delete(run: Runner) -> None:
+async def check_run_continues_after_delete(run: Api) -> None:
     other = run.reopened()
 
     def first(state: MessagesState) -> dict:
@@ -105,19 +105,19 @@ async def check_run_continues_after_delete(run: Runner) -> None:
 
 
 async def test_run_continues_after_delete_sync(saver: MongoDBSaver) -> None:
-    await check_run_continues_after_delete(SyncRunner(saver))
+    await check_run_continues_after_delete(Api(saver))
 
 
 async def test_run_continues_after_delete_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_run_continues_after_delete(AsyncRunner(asaver))
+    await check_run_continues_after_delete(Api(asaver))
 
 
-async def all_states(run: Runner, graph: CompiledStateGraph, thread_id: str) -> list[tuple]:
+async def all_states(run: Api, graph: CompiledStateGraph, thread_id: str) -> list[tuple]:
     states = await run.history(graph, thread(thread_id))
     return [(s.values, s.next, s.metadata["step"]) for s in states]
 
 
-async def check_maintenance_keeps_bases(run: Runner) -> None:
+async def check_maintenance_keeps_bases(run: Api) -> None:
     graph = run.compile(chat())
     api = Api(run.saver)
     texts = [f"m{i}" for i in range(12)]
@@ -157,8 +157,8 @@ async def check_maintenance_keeps_bases(run: Runner) -> None:
 
 
 async def test_maintenance_keeps_bases_sync(saver: MongoDBSaver) -> None:
-    await check_maintenance_keeps_bases(SyncRunner(saver))
+    await check_maintenance_keeps_bases(Api(saver))
 
 
 async def test_maintenance_keeps_bases_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_maintenance_keeps_bases(AsyncRunner(asaver))
+    await check_maintenance_keeps_bases(Api(asaver))

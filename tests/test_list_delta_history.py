@@ -16,7 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
 from tests.saver_support import Api
 
 
@@ -45,7 +45,7 @@ def agent_builder() -> StateGraph:
     return builder
 
 
-async def converse(run: Runner, graph: CompiledStateGraph, thread_id: str, turns: int) -> None:
+async def converse(run: Api, graph: CompiledStateGraph, thread_id: str, turns: int) -> None:
     """A scripted conversation with deterministic ids: interrupts (every tenth turn asks for
     a tool), then, at 30%, 50%, 70% and 80% of the turns, a replay, a fork with
     ``update_state``, a removal in the middle and a removal of everything."""
@@ -73,12 +73,12 @@ def snapshot(states: list[Any]) -> list[tuple]:
     return [(s.values, s.next, s.metadata["step"], s.metadata["source"]) for s in states]
 
 
-async def check_long_conversation(run: Runner, turns: int) -> None:
+async def check_long_conversation(run: Api, turns: int) -> None:
     """Every state of the history equals the one LangGraph's in-memory saver keeps."""
     graph = run.compile(agent_builder(), interrupt_before=["tools"])
     reference = agent_builder().compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
     await converse(run, graph, "deltas", turns)
-    await converse(type(run)(reference.checkpointer), reference, "deltas", turns)
+    await converse(Api(reference.checkpointer), reference, "deltas", turns)
 
     ours = await run.history(graph, thread("deltas"))
     theirs = await run.history(reference, thread("deltas"))
@@ -95,9 +95,9 @@ async def check_long_conversation(run: Runner, turns: int) -> None:
 async def test_long_conversation_sync(saver: MongoDBSaver) -> None:
     # 100 turns through the real driver; mongomock (slow on long threads) runs a shorter one.
     turns = 40 if isinstance(saver.client, mongomock.MongoClient) else 100
-    await check_long_conversation(SyncRunner(saver), turns)
+    await check_long_conversation(Api(saver), turns)
 
 
 async def test_long_conversation_async(asaver: AsyncMongoDBSaver) -> None:
     # The same operations as the sync saver (written once); a shorter run suffices here.
-    await check_long_conversation(AsyncRunner(asaver), 30)
+    await check_long_conversation(Api(asaver), 30)

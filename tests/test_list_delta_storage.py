@@ -139,7 +139,7 @@ async def check_round_trips(api: Api) -> None:
     assert got.checkpoint["channel_values"]["messages"] == messages[:21]
 
     # An instance that never saw the parent reads its chains first: one more round trip.
-    other = api.variant()
+    other = api.reopened()
     await other.setup()
     chain2 = Chain(other)
     chain2.config, chain2.versions, chain2.n = forked, dict(chain.versions), 100
@@ -224,7 +224,7 @@ async def test_over_16_mib_sync(saver: MongoDBSaver) -> None:
 
 
 async def check_encrypted(api: Api) -> None:
-    secret = api.variant(serde=ENCRYPTED)
+    secret = api.reopened(serde=ENCRYPTED)
     chain = Chain(secret)
     messages: list[Any] = []
     for i in range(12):
@@ -235,7 +235,7 @@ async def check_encrypted(api: Api) -> None:
     assert b"7d1e" not in raw and b"marker" not in raw
     for digest in fingerprints(ENCRYPTED, messages):  # plaintext-derived digests stay in memory
         assert digest.encode() not in raw
-    fresh = api.variant(serde=ENCRYPTED)
+    fresh = api.reopened(serde=ENCRYPTED)
     got = await fresh.get_tuple(chain.config)
     assert got.checkpoint["channel_values"]["messages"] == messages
 
@@ -273,7 +273,7 @@ async def test_missing_base_is_loud_sync(saver: MongoDBSaver) -> None:
 
 
 async def test_whole_values_of_earlier_versions_still_read(saver: MongoDBSaver) -> None:
-    old = Api(saver).variant(list_deltas=False)
+    old = Api(saver).reopened(list_deltas=False)
     chain = Chain(old)
     messages = [message(i, 10) for i in range(3)]
     first = await chain.put(messages)
