@@ -65,13 +65,13 @@ async def check_thread_reused_after_delete(run: Api) -> None:
     other = run.reopened()
     graph, other_graph = run.compile(chat()), other.compile(chat())
     await say(run, graph, "reused", "a", "b", "c", "d")
-    await Api(other.saver).delete_thread("reused")
+    await other.delete_thread("reused")
     await say(other, other_graph, "reused", "x", "y")
     await say(run, graph, "reused", "z")  # this instance wrote the old thread's chains
     expected = ["x", "#1", "y", "#3", "z", "#5"]
     assert contents(await run.state(graph, thread("reused"))) == expected
     assert contents(await other.state(other_graph, thread("reused"))) == expected
-    await assert_no_orphans(Api(run.saver))
+    await assert_no_orphans(run)
 
 
 async def test_thread_reused_after_delete_sync(saver: MongoDBSaver) -> None:
@@ -119,7 +119,7 @@ async def all_states(run: Api, graph: CompiledStateGraph, thread_id: str) -> lis
 
 async def check_maintenance_keeps_bases(run: Api) -> None:
     graph = run.compile(chat())
-    api = Api(run.saver)
+    api = run
     texts = [f"m{i}" for i in range(12)]
     await say(run, graph, "kept", *texts)
     await say(run, graph, "runs", *texts[:6], run_id="first")
@@ -152,7 +152,7 @@ async def check_maintenance_keeps_bases(run: Api) -> None:
 
     expiring = run.reopened(ttl=0.05)
     await asyncio.sleep(0.1)
-    await Api(expiring.saver).sweep_expired()  # its first call sweeps before it runs
+    await expiring.sweep_expired()  # its first call sweeps before it runs
     assert await api.counts() == {"checkpoints": 0, "blobs": 0, "writes": 0}
 
 

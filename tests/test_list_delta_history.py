@@ -84,7 +84,7 @@ async def check_long_conversation(run: Api, turns: int) -> None:
     theirs = await run.history(reference, thread("deltas"))
     assert len(ours) > 3 * turns
     assert snapshot(ours) == snapshot(theirs)
-    api = Api(run.saver)
+    api = run
     assert await api.count(BLOBS, {"thread_id": "deltas", "base": {"$exists": True}}) > turns
     # Every state is rebuilt from at most floor(log2(versions)) + 2 blob documents.
     bound = math.floor(math.log2(await api.count(BLOBS, {"channel": "messages"}))) + 2
