@@ -14,6 +14,7 @@ from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import AsyncClientOwner
 from mongo_ckpt.drivers import aiterate, arun
+from mongo_ckpt.schema import UPGRADE_LIMIT
 
 
 class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):
@@ -25,10 +26,10 @@ class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):
         >>> await graph.ainvoke(inputs, {"configurable": {"thread_id": "1"}})
     """
 
-    async def setup(self) -> None:  # type: ignore[override]
-        """Create the indexes (idempotent; also done on first use): ``await saver.setup()``,
-        as on ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
-        await self.asetup()
+    async def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:  # type: ignore[override]
+        """``MongoDBSaver.setup`` as a coroutine: ``await saver.setup()``, as on
+        ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
+        await self.asetup(upgrade_limit=upgrade_limit)
 
     async def _arun(self, operation: Operation) -> Any:
         self._bind_running_loop()

@@ -22,6 +22,7 @@ from typing_extensions import Self
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
@@ -100,7 +101,10 @@ class MongoStoreBase(BaseStore):
         self.ops.omit_expired = bool((ttl or {}).get("omit_expired", True))
         if exact_search:
             self.ops.vector_search = False
-        self.collections: dict[str, Any] = {STORE: self.db[collection_name]}
+        self.collections: dict[str, Any] = {
+            STORE: self.db[collection_name],
+            SCHEMA: self.db[SCHEMA_COLLECTION],
+        }
         self._is_setup = False
 
     @classmethod
@@ -142,15 +146,20 @@ class MongoStoreBase(BaseStore):
             await self.asetup()
         return await self._arun_op(operation)
 
+    def _setup_op(self) -> Operation:
+        return self.ops.setup(self.db.name, self.collections[STORE].name)
+
     # -- sync API -------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create the indexes and, where Atlas Vector Search exists, the vector index
-        (idempotent; also done on first use). A coroutine on ``AsyncMongoDBStore``."""
+        """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
+        on new collections create the indexes and record the version; where Atlas Vector
+        Search exists, create the vector index (idempotent; also done on first use).
+        A coroutine on ``AsyncMongoDBStore``."""
         self._setup_sync()
 
     def _setup_sync(self) -> None:
-        self._run_op(self.ops.create_indexes())
+        self._run_op(self._setup_op())
         if self.index_config and self.ops.vector_search is None:
             try:
                 self.ops.vector_search = self._run_op(self.ops.ensure_search_index())
@@ -181,7 +190,7 @@ class MongoStoreBase(BaseStore):
 
     async def asetup(self) -> None:
         """Async ``setup``."""
-        await self._arun_op(self.ops.create_indexes())
+        await self._arun_op(self._setup_op())
         if self.index_config and self.ops.vector_search is None:
             try:
                 self.ops.vector_search = await self._arun_op(self.ops.ensure_search_index())

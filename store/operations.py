@@ -34,6 +34,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from mongo_ckpt import schema
 from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.store import documents, reading
@@ -82,8 +83,15 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def create_indexes(self) -> Operation:
+    def setup(self, db_name: str, collection_name: str) -> Operation:
+        """Check the recorded layout version (one round trip when current); on new
+        collections create the indexes and record it."""
+        key = schema.store_key(collection_name)
+        where = f"database {db_name!r} (collection {collection_name})"
+        if (yield from schema.read(key, where)) == schema.STORE_SCHEMA_VERSION:
+            return
         yield Call(STORE, "create_indexes", (documents.index_models(),))
+        yield from schema.record(key, {STORE: collection_name})
 
     def ensure_search_index(self) -> Operation:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
