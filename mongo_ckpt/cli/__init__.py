@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import click
 
 from mongo_ckpt.cli.demo import demo
+from mongo_ckpt.cli.migrate import migrate, upgrade
 from mongo_ckpt.cli.options import CliState
 
 __all__ = ["CliState", "cli", "main"]
@@ -30,6 +31,8 @@ def cli() -> None:
 
 
 cli.add_command(demo)
+cli.add_command(migrate)
+cli.add_command(upgrade)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
