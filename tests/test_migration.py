@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import bson
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.mongodb import MongoDBSaver as OfficialSaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
@@ -26,6 +26,7 @@ from mongo_ckpt.migration import (
     migrate_from_official,
     verify_migration,
 )
+from tests.delta_graphs import messages_state
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, contents, thread
 
@@ -82,8 +83,6 @@ def job_builder() -> StateGraph:
     builder.add_edge(["research", "ask"], "article")
     builder.add_edge("article", END)
     return builder
-
-
 
 
 def write_official_threads(official: OfficialSaver) -> None:
@@ -318,3 +317,33 @@ def test_fork_versions_that_the_official_saver_reuses_stay_apart() -> None:
     # What a node saw maps exactly as the channel's version, so LangGraph compares the same.
     assert a["versions_seen"]["bot"] == {"m": a["channel_versions"]["m"], "go": "000000000001"}
     assert convert_versions(one) == a  # the same value gives the same version every run
+
+
+def delta_chat_builder() -> StateGraph:
+    """START -> bot -> END on a ``DeltaChannel`` messages list (a snapshot every 3 steps)."""
+
+    def bot(state: dict) -> dict:
+        return {"messages": [AIMessage(f"#{len(state['messages'])}")]}
+
+    builder = StateGraph(messages_state(delta=True, snapshot_frequency=3))
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    builder.add_edge("bot", END)
+    return builder
+
+
+def test_delta_channel_threads_read_the_same_after_migration(
+    source: tuple[OfficialSaver, Source], target: MongoDBSaver
+) -> None:
+    official, src = source
+    before = delta_chat_builder().compile(checkpointer=official)
+    for i in range(7):
+        before.invoke({"messages": [HumanMessage(f"turn {i}")]}, thread("delta"))
+    migrate_from_official(target, src)
+    assert verify_migration(target, src).mismatches == []
+    after = delta_chat_builder().compile(checkpointer=target)
+    # Every checkpoint's state, rebuilt from the DeltaChannel's history, is the same.
+    expected = [s.values for s in before.get_state_history(thread("delta"))]
+    assert [s.values for s in after.get_state_history(thread("delta"))] == expected
+    result = after.invoke({"messages": [HumanMessage("turn 7")]}, thread("delta"))
+    assert contents(result["messages"])[-2:] == [("human", "turn 7"), ("ai", "#15")]
