@@ -6,7 +6,7 @@ import builtins
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,6 +32,8 @@ from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
 
+T = TypeVar("T")
+
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
@@ -42,7 +44,7 @@ MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 class MongoSaverBase(BaseCheckpointSaver[str]):
     """State and the public API common to ``MongoDBSaver`` and ``AsyncMongoDBSaver``.
 
-    Subclasses supply the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
+    Subclasses mix in the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
     """
 
     def __init__(
@@ -137,16 +139,20 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             number = int(current.split(".")[0])
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
-    def _prepared(self, operation: Operation) -> Operation:
-        """``operation``, preceded by ``setup`` on first use and, with a ``ttl``,
-        by a sweep of expired threads at most once per ``sweep_interval``."""
-        if not self._is_setup:
-            yield from self.ops.setup(self.db.name, self._upgrade_limit)
-            self._is_setup = True
+    def _prepared(self, operation: Operation[T]) -> Operation[T]:
+        """``operation``, preceded by setup on first use and, with a ``ttl``, by a sweep
+        of expired threads at most once per ``sweep_interval``."""
+        yield from self._setup_once()
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
             yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
+
+    def _setup_once(self) -> Operation[None]:
+        """The layout version check (with indexes and upgrades), unless done already."""
+        if not self._is_setup:
+            yield from self.ops.setup(self.db.name, self._upgrade_limit)
+            self._is_setup = True
 
     def _require_ttl(self) -> float:
         if self.ttl is None:
@@ -156,19 +162,15 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             )
         return self.ttl
 
-    # -- drivers, supplied by the subclasses (they run ``_prepared`` operations) --
+    if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-    def _run(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        def _run(self, operation: Operation[T]) -> T: ...
 
-    def _iter(self, operation: Operation) -> Iterator[Any]:
-        raise NotImplementedError
+        def _iter(self, operation: Operation[Any]) -> Iterator[Any]: ...
 
-    async def _arun(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        async def _arun(self, operation: Operation[T]) -> T: ...
 
-    def _aiter(self, operation: Operation) -> AsyncIterator[Any]:
-        raise NotImplementedError
+        def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
 
     # -- sync API -------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            self._run(_nothing())
+            self._run(self._setup_once())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -265,7 +267,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            await self._arun(_nothing())
+            await self._arun(self._setup_once())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -335,8 +337,3 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Async ``prune``."""
         await self._arun(self.ops.prune(thread_ids, strategy))
 
-
-def _nothing() -> Operation:
-    """An operation without calls: running it runs only what ``_prepared`` adds."""
-    return None
-    yield

@@ -28,11 +28,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pymongo import UpdateOne
 
-from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Emit,
+    Operation,
+    WriteRequest,
+    bulk_write,
+    count_documents,
+    find,
+    find_cursor,
+    find_one,
+    next_batch,
+    update_one,
+)
 from mongo_ckpt.documents import (
     blob_requests,
     check_checkpoint_size,
@@ -168,9 +180,9 @@ def _created_at(checkpoint: Checkpoint) -> datetime:
 class Requests:
     """The target writes for one batch, in the order ``put`` makes them."""
 
-    blobs: list[Any] = field(default_factory=list)
-    writes: list[Any] = field(default_factory=list)
-    checkpoints: list[Any] = field(default_factory=list)
+    blobs: list[WriteRequest] = field(default_factory=list)
+    writes: list[WriteRequest] = field(default_factory=list)
+    checkpoints: list[WriteRequest] = field(default_factory=list)
 
 
 def convert(
@@ -221,12 +233,17 @@ def convert(
 # -- operations ---------------------------------------------------------------------
 
 
-def _threads(query: dict[str, Any], batch: int, handle: Callable[..., Operation]) -> Operation:
+Threads = dict[str, list[dict[str, Any]]]
+
+
+def _threads(
+    query: dict[str, Any], batch: int, handle: Callable[[Threads], Operation[None]]
+) -> Operation[None]:
     """Stream the source checkpoints matching ``query`` and call ``handle`` with the
     documents of every ``batch`` whole threads (``{thread_id: [documents]}``)."""
-    cursor = yield Call(SOURCE_CHECKPOINTS, "find", (query,), {"sort": THREAD_ORDER}, stream=True)
-    pending: dict[str, list[dict[str, Any]]] = {}
-    while docs := (yield NextBatch(cursor, READ_BATCH)):
+    cursor = yield from find_cursor(SOURCE_CHECKPOINTS, query, sort=THREAD_ORDER)
+    pending: Threads = {}
+    while docs := (yield from next_batch(cursor, READ_BATCH)):
         for doc in docs:
             pending.setdefault(doc["thread_id"], []).append(doc)
         while len(pending) > batch:  # the last thread may go on in the next read
@@ -236,8 +253,10 @@ def _threads(query: dict[str, Any], batch: int, handle: Callable[..., Operation]
         yield from handle(pending)
 
 
-def _source_writes(ops: CheckpointOperations, thread_ids: Sequence[str]) -> Operation:
-    docs = yield Call(SOURCE_WRITES, "find", (thread_query(thread_ids),))
+def _source_writes(
+    ops: CheckpointOperations, thread_ids: Sequence[str]
+) -> Operation[dict[tuple[str, str, str], list[OfficialWrite]]]:
+    docs = yield from find(SOURCE_WRITES, thread_query(thread_ids))
     return writes_by_checkpoint(load_write(ops.serde, d) for d in docs)
 
 
@@ -247,14 +266,14 @@ def migration(
     batch: int,
     restart: bool,
     progress: ProgressCallback | None,
-) -> Operation:
+) -> Operation[Progress]:
     """The migration as a ``calls.Operation`` (see the module docstring)."""
-    marker = None if restart else (yield Call(SCHEMA, "find_one", ({"_id": source.marker},)))
+    marker = None if restart else (yield from find_one(SCHEMA, {"_id": source.marker}))
     done = Progress(**(marker or {}).get("progress", {}))
-    done.total_checkpoints = yield Call(SOURCE_CHECKPOINTS, "count_documents", ({},))
+    done.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
     query = {"thread_id": {"$gt": done.last_thread}} if done.last_thread is not None else {}
 
-    def migrate(threads: dict[str, list[dict[str, Any]]]) -> Operation:
+    def migrate(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
         checkpoints = [load_checkpoint(ops.serde, d) for docs in threads.values() for d in docs]
         requests = convert(ops, checkpoints, writes)
@@ -262,15 +281,15 @@ def migration(
         # value's head comes after its parts.
         for logical, batch_requests in ((BLOBS, requests.blobs), (WRITES, requests.writes)):
             if batch_requests:
-                yield Call(logical, "bulk_write", (batch_requests,), {"ordered": True})
-        yield Call(CHECKPOINTS, "bulk_write", (requests.checkpoints,), {"ordered": False})
+                yield from bulk_write(logical, batch_requests, ordered=True)
+        yield from bulk_write(CHECKPOINTS, requests.checkpoints, ordered=False)
         done.threads += len(threads)
         done.checkpoints += len(checkpoints)
         done.writes += sum(len(group) for group in writes.values())
         done.last_thread = list(threads)[-1]
         state = {k: v for k, v in vars(done).items() if k != "total_checkpoints"}
         update = {"$set": {"progress": state, "source": vars(source)}}
-        yield Call(SCHEMA, "update_one", ({"_id": source.marker}, update), {"upsert": True})
+        yield from update_one(SCHEMA, {"_id": source.marker}, update, upsert=True)
         if progress is not None:
             progress(done)
 
@@ -278,7 +297,7 @@ def migration(
     return done
 
 
-def _collect(operation: Operation) -> Operation:
+def _collect(operation: Operation[Any]) -> Operation[list[Any]]:
     """Run an emitting operation inside another one; return what it emitted."""
     items: list[Any] = []
     result: Any = None
@@ -345,17 +364,17 @@ def compare(
 
 def verification(
     ops: CheckpointOperations, batch: int, progress: ProgressCallback | None
-) -> Operation:
+) -> Operation[Verification]:
     """The verification as a ``calls.Operation``: every source thread against the target."""
     result = Verification()
     seen = Progress()
-    seen.total_checkpoints = yield Call(SOURCE_CHECKPOINTS, "count_documents", ({},))
+    seen.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
 
-    def check(threads: dict[str, list[dict[str, Any]]]) -> Operation:
+    def check(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
         for thread_id, docs in threads.items():
             source = [load_checkpoint(ops.serde, d) for d in docs]
-            config = {"configurable": {"thread_id": thread_id}}
+            config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
             target = yield from _collect(ops.list(config, None, None, None))
             result.mismatches += compare(thread_id, source, writes, target)
             result.threads += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -11,13 +12,30 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
 from mongo_ckpt import schema
-from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Document,
+    Emit,
+    Operation,
+    WriteRequest,
+    aggregate,
+    bulk_write,
+    count_documents,
+    create_indexes,
+    delete_many,
+    distinct,
+    find,
+    find_cursor,
+    next_batch,
+    update_one,
+)
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
 from mongo_ckpt.documents import (
     blob_requests,
@@ -79,7 +97,7 @@ class CheckpointOperations:
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
 
-    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation:
+    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
         """Check the recorded layout version; upgrade and record it when older.
 
         One round trip when the version is current. Unversioned collections are new
@@ -87,15 +105,18 @@ class CheckpointOperations:
         langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
         """
         key = schema.saver_key(self.layout.checkpoints)
-        where = f"database {db_name!r} (collections {', '.join(self.layout.by_logical().values())})"
+        names = ", ".join(self.layout.by_logical().values())
+        where = f"database {db_name!r} (collections {names})"
         found = yield from schema.read(key, where)
         if found == schema.SAVER_SCHEMA_VERSION:
             return
         if found is None:
-            sample = yield Call(CHECKPOINTS, "find_one", ({}, {"_id": 0, "checkpoint": 1}))
-            if sample is None:
+            sample = yield from find(
+                CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1
+            )
+            if not sample:
                 found = schema.SAVER_SCHEMA_VERSION
-            elif not isinstance(sample.get("checkpoint"), Mapping):
+            elif not isinstance(sample[0].get("checkpoint"), Mapping):
                 raise schema.SchemaUpgradeRequired(
                     f"collection {self.layout.checkpoints!r} of {where} holds "
                     "langgraph-checkpoint-mongodb documents, which mongo-ckpt does not read: "
@@ -107,20 +128,20 @@ class CheckpointOperations:
                 found = 1
         models = index_models(self.layout)
         for logical, name in self.layout.by_logical().items():
-            yield Call(logical, "create_indexes", (models[name],))
+            yield from create_indexes(logical, models[name])
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         yield from schema.record(key, self.layout.by_logical())
 
-    def _add_join_keys(self, where: str, db_name: str, upgrade_limit: int | None) -> Operation:
+    def _add_join_keys(
+        self, where: str, db_name: str, upgrade_limit: int | None
+    ) -> Operation[None]:
         """Upgrade 1 -> 2: the ``join`` keys, in place unless more than ``upgrade_limit``
         documents lack them."""
         if upgrade_limit is not None:
             missing = 0
             for collection in (BLOBS, WRITES):
-                missing += yield Call(
-                    collection, "count_documents", (NO_JOIN,), {"limit": upgrade_limit + 1}
-                )
+                missing += yield from count_documents(collection, NO_JOIN, limit=upgrade_limit + 1)
             if missing > upgrade_limit:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
@@ -131,17 +152,19 @@ class CheckpointOperations:
                 )
         yield from self.backfill_join_keys()
 
-    def get_tuple(self, config: RunnableConfig) -> Operation:
+    def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         query = checkpoint_query(*thread_key(config))
-        docs = yield Call(CHECKPOINTS, "aggregate", (tuple_pipeline(query, self.layout.writes),))
+        docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
         if not docs:
             return None
         doc, write_docs = split_joined(docs)
         blobs = blobs_query([doc])
-        blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
+        blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
         return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
 
-    def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
+    def delta_channel_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Operation[Mapping[str, DeltaChannelHistory]]:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
@@ -152,7 +175,7 @@ class CheckpointOperations:
             checkpoint_ns,
             list(channels),
         )
-        docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+        docs = yield from aggregate(CHECKPOINTS, pipeline)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -161,25 +184,23 @@ class CheckpointOperations:
         filter: Mapping[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> Operation:
+    ) -> Operation[None]:
         query = list_query(config, filter, before, self.filterable_keys)
         check_limit(limit)
         if limit is not None and limit <= 0:
             return
-        cursor = yield Call(
-            CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": limit or 0}, stream=True
-        )
+        cursor = yield from find_cursor(CHECKPOINTS, query, sort=LATEST, limit=limit or 0)
         size = min(limit or FIRST_PAGE, FIRST_PAGE)
-        while docs := (yield NextBatch(cursor, size)):
+        while docs := (yield from next_batch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
                 yield Emit(loaded.tuple(doc))
             size = min(size * 5, MAX_PAGE)
 
-    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
+    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation[Loaded]:
         query = blobs_query(docs)
-        blob_docs = (yield Call(BLOBS, "find", (query,))) if query else []
-        write_docs = yield Call(WRITES, "find", (writes_query(docs),))
+        blob_docs = (yield from find(BLOBS, query)) if query else []
+        write_docs = yield from find(WRITES, writes_query(docs))
         return Loaded(self.serde, blob_docs, write_docs)
 
     def put(
@@ -188,7 +209,7 @@ class CheckpointOperations:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Operation:
+    ) -> Operation[RunnableConfig]:
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
@@ -202,8 +223,8 @@ class CheckpointOperations:
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs:  # values first: a reader never sees a checkpoint without its values
             # Ordered, so each value's head is applied only after its parts (payload.py).
-            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": True})
-        yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
+            yield from bulk_write(BLOBS, blobs, ordered=True)
+        yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
         return {"configurable": key}
 
     def put_writes(
@@ -212,7 +233,7 @@ class CheckpointOperations:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation:
+    ) -> Operation[None]:
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
         if checkpoint_id is None:
             raise ValueError(
@@ -223,24 +244,29 @@ class CheckpointOperations:
         task_id = coerce_id(task_id, "task_id")
         requests = write_requests(key, writes, task_id, task_path or "", self.serde)
         if requests:
-            yield Call(WRITES, "bulk_write", (requests,), {"ordered": True})
+            yield from bulk_write(WRITES, requests, ordered=True)
 
-    def delete_thread(self, thread_id: str) -> Operation:
+    def delete_thread(self, thread_id: str) -> Operation[None]:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
         yield from self._delete(query, query, query)
 
-    def _delete(self, checkpoints: dict, writes: dict, blobs: dict | None) -> Operation:
+    def _delete(
+        self,
+        checkpoints: Mapping[str, Any],
+        writes: Mapping[str, Any],
+        blobs: Mapping[str, Any] | None,
+    ) -> Operation[None]:
         # Checkpoints go first so a reader never sees one whose values are gone.
-        yield Call(CHECKPOINTS, "delete_many", (checkpoints,))
-        yield Call(WRITES, "delete_many", (writes,))
+        yield from delete_many(CHECKPOINTS, checkpoints)
+        yield from delete_many(WRITES, writes)
         if blobs is not None:
-            yield Call(BLOBS, "delete_many", (blobs,))
+            yield from delete_many(BLOBS, blobs)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation:
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         ids = coerce_ids(run_ids, "run_ids")
         if not ids:
             return
-        threads = yield Call(CHECKPOINTS, "distinct", ("thread_id", {"run_id": {"$in": ids}}))
+        threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
         if not threads:
             return
         skeletons = yield from self._skeletons(threads)
@@ -251,19 +277,19 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
         yield from self._delete_checkpoints(threads, skeletons, doomed)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
         # Values and writes first, checkpoints last, as in ``put``.
         for collection in (BLOBS, WRITES, CHECKPOINTS):
-            cursor = yield Call(collection, "find", ({"thread_id": source},), stream=True)
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
+            cursor = yield from find_cursor(collection, {"thread_id": source})
+            while docs := (yield from next_batch(cursor, COPY_BATCH)):
                 requests = [_copy_request(collection, doc, target) for doc in docs]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                yield from bulk_write(collection, requests, ordered=False)
 
-    def backfill_join_keys(self) -> Operation:
+    def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
         updated = 0
         for collection, fields, build in (
@@ -271,19 +297,17 @@ class CheckpointOperations:
             (WRITES, WRITE_KEY[:3], write_join),
         ):
             projection = {f: 1 for f in fields}
-            cursor = yield Call(
-                collection, "find", (NO_JOIN,), {"projection": projection}, stream=True
-            )
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
-                requests = [
+            cursor = yield from find_cursor(collection, NO_JOIN, projection=projection)
+            while docs := (yield from next_batch(cursor, COPY_BATCH)):
+                requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
                     for d in docs
                 ]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                yield from bulk_write(collection, requests, ordered=False)
                 updated += len(requests)
         return updated
 
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation:
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
         ids = coerce_ids(thread_ids, "thread_ids")
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
@@ -294,7 +318,7 @@ class CheckpointOperations:
             yield from self._delete(threads, threads, threads)
             return
         skeletons = yield from self._skeletons(ids)
-        latest: dict[tuple, Mapping[str, Any]] = {}
+        latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         for s in skeletons:
             ns_key = key_of(s)[:2]
             if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
@@ -304,25 +328,25 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if key_of(s) not in keep]
         yield from self._delete_checkpoints(ids, skeletons, doomed)
 
-    def sweep_expired(self, ttl: float) -> Operation:
+    def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
-        docs = yield Call(CHECKPOINTS, "aggregate", (inactive_threads_pipeline(cutoff),))
+        docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
         if expired:
             threads = {"thread_id": {"$in": expired}}
             yield from self._delete(threads, threads, threads)
         return expired
 
-    def _skeletons(self, thread_ids: Sequence[str]) -> Operation:
+    def _skeletons(self, thread_ids: Sequence[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
-        return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
+        return (yield from find(CHECKPOINTS, query, projection=SKELETON))
 
     def _delete_checkpoints(
         self,
         thread_ids: Sequence[str],
         skeletons: Sequence[Mapping[str, Any]],
         doomed: Sequence[Mapping[str, Any]],
-    ) -> Operation:
+    ) -> Operation[None]:
         """Delete ``doomed`` checkpoints, their writes, and the values only they use.
 
         Values are deleted by exact key: the versions the doomed checkpoints name,
@@ -339,7 +363,7 @@ class CheckpointOperations:
         query = keys_query(gone)
         yield from self._delete(query, query, None)
 
-        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple]:
+        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:
             return {
                 (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
                 for s in checkpoints
@@ -348,10 +372,10 @@ class CheckpointOperations:
 
         unused = refs(doomed) - refs(s for s in skeletons if key_of(s) not in gone)
         if unused:
-            yield Call(BLOBS, "delete_many", (blob_keys_query(unused),))
+            yield from delete_many(BLOBS, blob_keys_query(unused))
 
 
-def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
+def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
     doc = {k: v for k, v in doc.items() if k != "_id"}
     doc["thread_id"] = target
     if collection == BLOBS:
@@ -359,4 +383,3 @@ def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceO
     elif collection == WRITES:
         doc["join"] = write_join(*key_of(doc))
     return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
-

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.calls import Operation, find_one, update_one
 from mongo_ckpt.layout import Layout
 
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
@@ -74,10 +74,10 @@ def _kind(key: str) -> str:
     return key.split(":", 1)[0]
 
 
-def read(key: str, where: str) -> Operation:
+def read(key: str, where: str) -> Operation[int | None]:
     """The recorded version of ``key`` (``None`` when unversioned); raises
     ``SchemaTooNewError`` when it is newer than this release understands."""
-    doc = yield Call(SCHEMA, "find_one", ({"_id": key},))
+    doc = yield from find_one(SCHEMA, {"_id": key})
     found = version_of(doc)
     current = SCHEMA_VERSION[_kind(key)]
     if found is not None and found > current:
@@ -90,7 +90,7 @@ def read(key: str, where: str) -> Operation:
     return found
 
 
-def record(key: str, collections: Mapping[str, str]) -> Operation:
+def record(key: str, collections: Mapping[str, str]) -> Operation[None]:
     """Record the current version of ``key`` (never lowering a newer one)."""
     update = {
         "$max": {"version": SCHEMA_VERSION[_kind(key)]},
@@ -100,7 +100,7 @@ def record(key: str, collections: Mapping[str, str]) -> Operation:
             "updated_at": datetime.now(timezone.utc),
         },
     }
-    yield Call(SCHEMA, "update_one", ({"_id": key}, update), {"upsert": True})
+    yield from update_one(SCHEMA, {"_id": key}, update, upsert=True)
 
 
 def version_of(doc: Mapping[str, Any] | None) -> int | None:
