@@ -85,6 +85,12 @@ def job_builder() -> StateGraph:
     return builder
 
 
+def write_small_threads(official: OfficialSaver, count: int) -> None:
+    chat = chat_builder().compile(checkpointer=official)
+    for i in range(count):
+        chat.invoke({"messages": [HumanMessage(f"hello {i}")]}, thread(f"small-{i}"))
+
+
 def write_official_threads(official: OfficialSaver) -> None:
     """Threads in every state a migration meets, written by the official saver."""
     jobs = job_builder().compile(checkpointer=official)
@@ -102,8 +108,7 @@ def write_official_threads(official: OfficialSaver) -> None:
     first = list(chat.get_state_history(thread("chat")))[-3]
     forked = chat.update_state(first.config, {"messages": [HumanMessage("fork")]})
     chat.invoke(None, forked)
-    for i in range(6):  # small threads, to span several batches
-        chat.invoke({"messages": [HumanMessage(f"hello {i}")]}, thread(f"small-{i}"))
+    write_small_threads(official, 6)  # to span several batches
 
 
 def snapshot(db: Any) -> str:
@@ -133,19 +138,29 @@ def thread_ids(official: OfficialSaver) -> list[str]:
     return sorted(official.checkpoint_collection.distinct("thread_id"))
 
 
-@pytest.fixture(params=["plain", "encrypted"])
-def serde(request: Any) -> Any:
-    return (
-        EncryptedSerializer.from_pycryptodome_aes(key=KEY) if request.param == "encrypted" else None
-    )
+ENCRYPTED = pytest.mark.parametrize("serde", ["plain", "encrypted"], indirect=True)
 
 
 @pytest.fixture
-def source(client: Any, db_name: str, serde: Any) -> Iterator[tuple[OfficialSaver, Source]]:
-    official = OfficialSaver(client, f"{db_name}_src", serde=serde)
-    write_official_threads(official)
-    yield official, Source(f"{db_name}_src")
+def serde(request: Any) -> Any:
+    """Plain, unless a test is parametrized with ``ENCRYPTED``."""
+    if getattr(request, "param", "plain") == "encrypted":
+        return EncryptedSerializer.from_pycryptodome_aes(key=KEY)
+    return None
+
+
+@pytest.fixture
+def empty_source(client: Any, db_name: str, serde: Any) -> Iterator[tuple[OfficialSaver, Source]]:
+    """The official saver on a database of its own, and that database as a ``Source``."""
+    yield OfficialSaver(client, f"{db_name}_src", serde=serde), Source(f"{db_name}_src")
     client.drop_database(f"{db_name}_src")
+
+
+@pytest.fixture
+def source(empty_source: tuple[OfficialSaver, Source]) -> tuple[OfficialSaver, Source]:
+    """``empty_source`` holding ``write_official_threads``."""
+    write_official_threads(empty_source[0])
+    return empty_source
 
 
 @pytest.fixture
@@ -154,6 +169,7 @@ def target(client: Any, db_name: str, serde: Any) -> Iterator[MongoDBSaver]:
     client.drop_database(db_name)
 
 
+@ENCRYPTED
 def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
     source: tuple[OfficialSaver, Source], target: MongoDBSaver
 ) -> None:
@@ -208,10 +224,9 @@ def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
 
 
 def test_migration_cut_and_resumed_gives_the_same_result(
-    source: tuple[OfficialSaver, Source], client: Any, db_name: str, serde: Any
+    source: tuple[OfficialSaver, Source], client: Any, db_name: str
 ) -> None:
-    if serde is not None:
-        pytest.skip("encrypted bytes differ on every write; the plain run compares bytes")
+    """Plain values only: encrypted bytes differ on every write, and this compares bytes."""
     official, src = source
     reference = MongoDBSaver(client, f"{db_name}_ref")
     calls = Faults(reference.collections)
@@ -247,12 +262,10 @@ def test_migration_cut_and_resumed_gives_the_same_result(
 
 
 def test_metadata_of_releases_before_0_2_2_is_read(
-    source: tuple[OfficialSaver, Source], target: MongoDBSaver, serde: Any
+    source: tuple[OfficialSaver, Source], target: MongoDBSaver
 ) -> None:
     """Before 0.2.2 the official saver stored each metadata leaf as bare JSON bytes,
     which its 0.3 release no longer reads."""
-    if serde is not None:
-        pytest.skip("those releases did not encrypt metadata")
     official, src = source
     expected = {t.config["configurable"]["checkpoint_id"]: t.metadata for t in official.list(None)}
     for doc in official.checkpoint_collection.find({"thread_id": "chat"}):
@@ -278,9 +291,10 @@ def _json_leaves(value: Any) -> Any:
 
 
 def test_verification_reports_differences(
-    source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    empty_source: tuple[OfficialSaver, Source], target: MongoDBSaver
 ) -> None:
-    official, src = source
+    official, src = empty_source
+    write_small_threads(official, 4)
     migrate_from_official(target, src)
     latest = target.get_tuple(thread("small-2"))
     target.collections[CHECKPOINTS].delete_one(
@@ -332,10 +346,11 @@ def delta_chat_builder() -> StateGraph:
     return builder
 
 
+@ENCRYPTED
 def test_delta_channel_threads_read_the_same_after_migration(
-    source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    empty_source: tuple[OfficialSaver, Source], target: MongoDBSaver
 ) -> None:
-    official, src = source
+    official, src = empty_source
     before = delta_chat_builder().compile(checkpointer=official)
     for i in range(7):
         before.invoke({"messages": [HumanMessage(f"turn {i}")]}, thread("delta"))
