@@ -97,6 +97,12 @@ def load_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Offici
 
 def load_write(serde: SerializerProtocol, doc: Mapping[str, Any]) -> OfficialWrite:
     """Decode an official ``checkpoint_writes`` document."""
+    if not isinstance(doc.get("value"), (bytes, bytearray)) or "type" not in doc:
+        raise OfficialFormatError(
+            f"write {doc.get('idx')!r} of task {doc.get('task_id')!r} in thread "
+            f"{doc.get('thread_id')!r} has no serialized 'value' and 'type': not a "
+            "langgraph-checkpoint-mongodb document"
+        )
     return OfficialWrite(
         thread_id=doc["thread_id"],
         checkpoint_ns=doc.get("checkpoint_ns", ""),

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.mongodb import MongoDBSaver as OfficialSaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt import MongoDBSaver, SchemaUpgradeRequired
@@ -18,6 +17,12 @@ from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, saver_key
 from tests.graphs import chat_builder, contents, thread
+
+OfficialSaver = pytest.importorskip(
+    "langgraph.checkpoint.mongodb",
+    reason="migrates data of langgraph-checkpoint-mongodb: pip install -e '.[test,bench]'",
+).MongoDBSaver
+
 
 AES_KEY = "0123456789abcdef"
 

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import bson
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.checkpoint.mongodb import MongoDBSaver as OfficialSaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -26,9 +25,16 @@ from mongo_ckpt.migration import (
     migrate_from_official,
     verify_migration,
 )
+from mongo_ckpt.official import OfficialFormatError
 from tests.delta_graphs import messages_state
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, contents, thread
+
+OfficialSaver = pytest.importorskip(
+    "langgraph.checkpoint.mongodb",
+    reason="migrates data of langgraph-checkpoint-mongodb: pip install -e '.[test,bench]'",
+).MongoDBSaver
+
 
 KEY = b"0123456789abcdef"
 
@@ -362,3 +368,18 @@ def test_delta_channel_threads_read_the_same_after_migration(
     assert [s.values for s in after.get_state_history(thread("delta"))] == expected
     result = after.invoke({"messages": [HumanMessage("turn 7")]}, thread("delta"))
     assert contents(result["messages"])[-2:] == [("human", "turn 7"), ("ai", "#15")]
+
+
+def test_a_source_that_is_not_official_data_is_refused(client: Any, db_name: str) -> None:
+    ours = MongoDBSaver(client, f"{db_name}_ours")
+    chat_builder().compile(checkpointer=ours).invoke(
+        {"messages": [HumanMessage("hi")]}, thread("t")
+    )
+    target = MongoDBSaver(client, db_name)
+    try:
+        with pytest.raises(OfficialFormatError, match="not a langgraph-checkpoint-mongodb"):
+            migrate_from_official(target, Source(f"{db_name}_ours"))
+        assert target.collections[CHECKPOINTS].count_documents({}) == 0
+    finally:
+        client.drop_database(f"{db_name}_ours")
+        client.drop_database(db_name)
