@@ -272,6 +272,8 @@ def migration(
     done = Progress(**(marker or {}).get("progress", {}))
     done.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
     query = {"thread_id": {"$gt": done.last_thread}} if done.last_thread is not None else {}
+    if progress is not None:
+        progress(done)
 
     def migrate(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
@@ -369,6 +371,8 @@ def verification(
     result = Verification()
     seen = Progress()
     seen.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
+    if progress is not None:
+        progress(seen)
 
     def check(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
@@ -430,7 +434,8 @@ def migrate_from_official(
     Resumable and idempotent: a rerun continues after the last finished thread
     (``restart=True`` goes over every thread again, with the same result). The saver's
     ``serde`` must read the source (the same ``EncryptedSerializer`` key, if any).
-    ``progress`` is called after each batch. Returns the counts.
+    ``progress`` is called with the counts so far, then after each batch. Returns the
+    counts (of every run, when resumed).
     """
     _check_batch(batch)
     collections = _collections(saver, source)

@@ -126,3 +126,20 @@ def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None
         assert saver.collections[CHECKPOINTS].count_documents({}) == 3 * 3  # 3 per turn
     finally:
         client.drop_database(db_name)
+
+
+def test_mismatches_are_listed_and_fail_the_command(client: Any, dbs: tuple[str, str]) -> None:
+    source, target = dbs
+    chat_threads(OfficialSaver(client, source), 2)
+    args = ["migrate", "--from-official", "--source-db", source, "--db", target]
+    assert invoke(client, *args).exit_code == 0
+    client[target]["checkpoints"].update_many(
+        {"thread_id": "t1"}, {"$set": {"metadata_typed.data": b"\x81\xa1x[red]"}}
+    )
+    checkpoints = client[target]["checkpoints"].find({"thread_id": "t0"}, sort=[("_id", 1)])
+    client[target]["checkpoints"].delete_one({"_id": next(iter(checkpoints))["_id"]})
+    result = invoke(client, *args, "--verify")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.startswith("mismatch")]
+    assert any("thread 't0'" in line and "missing after migration" in line for line in lines)
+    assert any("thread 't1'" in line and "metadata: source {" in line for line in lines)

@@ -189,7 +189,7 @@ def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
         official.checkpoint_collection.count_documents({}),
     )
     assert done.writes == official.writes_collection.count_documents({}) > 0
-    assert seen == [3, 6, 9, len(threads)]  # progress after each batch of 3 threads
+    assert seen == [0, 3, 6, 9, len(threads)]  # progress first, then after each batch of 3
     assert snapshot(official.db) == before  # the source is only read
 
     report = verify_migration(target, src)

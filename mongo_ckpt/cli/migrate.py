@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -27,6 +28,8 @@ from mongo_ckpt.migration import Progress as Counts
 from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import read_version, saver_key
+
+SHOWN_MISMATCHES = 20
 
 
 def _serde() -> Any:
@@ -166,7 +169,9 @@ def migrate(
                 "mismatches": [vars(m) for m in checked.mismatches],
             }
     _print(report, target.json)
-    return 1 if report.get("verified", {}).get("mismatches") else 0
+    if report.get("verified", {}).get("mismatches"):
+        raise click.exceptions.Exit(1)
+    return 0
 
 
 def _print(report: dict[str, Any], as_json: bool) -> None:
@@ -195,14 +200,15 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             str(len(v["mismatches"])),
         )
     console.print(table)
-    for mismatch in report.get("verified", {}).get("mismatches", [])[:20]:
-        console.print(
-            f"[red]mismatch[/red] thread {mismatch['thread_id']!r} ns "
-            f"{mismatch['checkpoint_ns']!r} checkpoint {mismatch['checkpoint_id']!r}: "
-            f"{mismatch['field']}: {mismatch['detail']}",
-            markup=True,
-            highlight=False,
+    mismatches = report.get("verified", {}).get("mismatches", [])
+    for mismatch in mismatches[:SHOWN_MISMATCHES]:
+        where = (
+            f"thread {mismatch['thread_id']!r} ns {mismatch['checkpoint_ns']!r} "
+            f"checkpoint {mismatch['checkpoint_id']!r}: {mismatch['field']}: {mismatch['detail']}"
         )
+        console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
+    if len(mismatches) > SHOWN_MISMATCHES:
+        console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
 
 
 @click.command(
