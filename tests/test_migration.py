@@ -4,6 +4,7 @@ forks, EncryptedSerializer), converted, verified, and continued on mongo-ckpt.""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterator
 from operator import add
@@ -17,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from mongo_ckpt import MongoDBSaver
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.migration import (
     Source,
@@ -26,6 +27,7 @@ from mongo_ckpt.migration import (
     verify_migration,
 )
 from mongo_ckpt.official import OfficialFormatError
+from tests.backends import aclose, async_client, sync_client
 from tests.delta_graphs import messages_state
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, contents, thread
@@ -383,3 +385,27 @@ def test_a_source_that_is_not_official_data_is_refused(client: Any, db_name: str
     finally:
         client.drop_database(f"{db_name}_ours")
         client.drop_database(db_name)
+
+
+async def test_async_saver_continues_migrated_threads(db_name: str) -> None:
+    """The async saver (PyMongo's AsyncMongoClient over the wire) reads and continues
+    what the migration wrote."""
+    client = sync_client("wire")
+    aclient = async_client("wire", "pymongo")
+    try:
+        official = OfficialSaver(client, f"{db_name}_src")
+        jobs = job_builder().compile(checkpointer=official)
+        await asyncio.to_thread(jobs.invoke, {"topic": "mongo"}, thread("waits-at-ask"))
+        migrate_from_official(MongoDBSaver(client, db_name), Source(f"{db_name}_src"))
+        graph = job_builder().compile(checkpointer=AsyncMongoDBSaver(aclient, db_name))
+        state = await graph.aget_state(thread("waits-at-ask"))
+        assert state.next == ("ask",) and state.values["notes"] == ["plan mongo", "research"]
+        interrupted = await graph.ainvoke(Command(resume="yes"), thread("waits-at-ask"))
+        assert [i.value for i in interrupted["__interrupt__"]] == [{"review": "draft mongo"}]
+        done = await graph.ainvoke(Command(resume="ship it"), thread("waits-at-ask"))
+        assert done["verdict"] == "ship it" and done["answer"] == "yes"
+    finally:
+        for name in (db_name, f"{db_name}_src"):
+            client.drop_database(name)
+        client.close()
+        await aclose(aclient)
