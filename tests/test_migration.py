@@ -172,19 +172,19 @@ def source(empty_source: tuple[OfficialSaver, Source]) -> tuple[OfficialSaver, S
 
 
 @pytest.fixture
-def target(client: Any, db_name: str, serde: Any) -> Iterator[MongoDBSaver]:
+def dest(client: Any, db_name: str, serde: Any) -> Iterator[MongoDBSaver]:
     yield MongoDBSaver(client, db_name, serde=serde)
     client.drop_database(db_name)
 
 
 @ENCRYPTED
 def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
-    source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    source: tuple[OfficialSaver, Source], dest: MongoDBSaver
 ) -> None:
     official, src = source
     before = snapshot(official.db)
     seen = []
-    done = migrate_from_official(target, src, batch=3, progress=lambda p: seen.append(p.threads))
+    done = migrate_from_official(dest, src, batch=3, progress=lambda p: seen.append(p.threads))
     threads = thread_ids(official)
     assert (done.threads, done.checkpoints) == (
         len(threads),
@@ -194,14 +194,14 @@ def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
     assert seen == [0, 3, 6, 9, len(threads)]  # progress first, then after each batch of 3
     assert snapshot(official.db) == before  # the source is only read
 
-    report = verify_migration(target, src)
+    report = verify_migration(dest, src)
     assert report.mismatches == []
     assert (report.threads, report.checkpoints) == (done.threads, done.checkpoints)
     # Every checkpoint of every thread (all namespaces) reads the same through both savers.
     for thread_id in threads:
         expected = [readable(t) for t in official.list(thread(thread_id))]
-        assert [readable(t) for t in target.list(thread(thread_id))] == expected
-    waiting = target.get_tuple(thread("waits-at-ask"))
+        assert [readable(t) for t in dest.list(thread(thread_id))] == expected
+    waiting = dest.get_tuple(thread("waits-at-ask"))
     channels = {(channel, repr(value)) for _, channel, value in waiting.pending_writes}
     assert ("notes", repr(["research"])) in channels  # the parallel node's finished write
     assert "__interrupt__" in {channel for channel, _ in channels}
@@ -210,13 +210,13 @@ def test_migrated_threads_read_as_the_official_saver_reads_them_and_go_on(
     # saver reached on the thread it ran to completion.
     final = job_builder().compile(checkpointer=official).get_state(thread("done")).values
     assert final["verdict"] == "ship it" and final["notes"][-1] == "draft mongo"
-    jobs = job_builder().compile(checkpointer=target)
+    jobs = job_builder().compile(checkpointer=dest)
     interrupted = jobs.invoke(Command(resume="yes"), thread("waits-at-ask"))
     assert [i.value for i in interrupted["__interrupt__"]] == [{"review": "draft mongo"}]
     assert jobs.invoke(Command(resume="ship it"), thread("waits-at-ask")) == final
     assert jobs.invoke(Command(resume="ship it"), thread("waits-in-subgraph")) == final
     assert jobs.get_state(thread("done")).values == final
-    chat = chat_builder().compile(checkpointer=target)
+    chat = chat_builder().compile(checkpointer=dest)
     result = chat.invoke({"messages": [HumanMessage("four")]}, thread("chat"))
     assert contents(result["messages"]) == [
         ("human", "one"),
@@ -270,7 +270,7 @@ def test_migration_cut_and_resumed_gives_the_same_result(
 
 
 def test_metadata_of_releases_before_0_2_2_is_read(
-    source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    source: tuple[OfficialSaver, Source], dest: MongoDBSaver
 ) -> None:
     """Before 0.2.2 the official saver stored each metadata leaf as bare JSON bytes,
     which its 0.3 release no longer reads."""
@@ -282,9 +282,9 @@ def test_metadata_of_releases_before_0_2_2_is_read(
     assert isinstance(
         official.checkpoint_collection.find_one({"thread_id": "chat"})["metadata"]["step"], bytes
     )
-    migrate_from_official(target, src)
-    assert verify_migration(target, src).mismatches == []
-    for t in target.list(None):
+    migrate_from_official(dest, src)
+    assert verify_migration(dest, src).mismatches == []
+    for t in dest.list(None):
         assert t.metadata == expected[t.config["configurable"]["checkpoint_id"]]
 
 
@@ -299,20 +299,20 @@ def _json_leaves(value: Any) -> Any:
 
 
 def test_verification_reports_differences(
-    empty_source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    empty_source: tuple[OfficialSaver, Source], dest: MongoDBSaver
 ) -> None:
     official, src = empty_source
     write_small_threads(official, 4)
-    migrate_from_official(target, src)
-    latest = target.get_tuple(thread("small-2"))
-    target.collections[CHECKPOINTS].delete_one(
+    migrate_from_official(dest, src)
+    latest = dest.get_tuple(thread("small-2"))
+    dest.collections[CHECKPOINTS].delete_one(
         {"thread_id": "small-2", "checkpoint_id": latest.config["configurable"]["checkpoint_id"]}
     )
-    target.collections[CHECKPOINTS].update_one(
+    dest.collections[CHECKPOINTS].update_one(
         {"thread_id": "small-3", "parent_checkpoint_id": {"$ne": None}},
         {"$set": {"parent_checkpoint_id": "elsewhere"}},
     )
-    found = {(m.thread_id, m.field) for m in verify_migration(target, src).mismatches}
+    found = {(m.thread_id, m.field) for m in verify_migration(dest, src).mismatches}
     assert found == {("small-2", "checkpoint"), ("small-3", "parent")}
 
 
@@ -356,15 +356,15 @@ def delta_chat_builder() -> StateGraph:
 
 @ENCRYPTED
 def test_delta_channel_threads_read_the_same_after_migration(
-    empty_source: tuple[OfficialSaver, Source], target: MongoDBSaver
+    empty_source: tuple[OfficialSaver, Source], dest: MongoDBSaver
 ) -> None:
     official, src = empty_source
     before = delta_chat_builder().compile(checkpointer=official)
     for i in range(7):
         before.invoke({"messages": [HumanMessage(f"turn {i}")]}, thread("delta"))
-    migrate_from_official(target, src)
-    assert verify_migration(target, src).mismatches == []
-    after = delta_chat_builder().compile(checkpointer=target)
+    migrate_from_official(dest, src)
+    assert verify_migration(dest, src).mismatches == []
+    after = delta_chat_builder().compile(checkpointer=dest)
     # Every checkpoint's state, rebuilt from the DeltaChannel's history, is the same.
     expected = [s.values for s in before.get_state_history(thread("delta"))]
     assert [s.values for s in after.get_state_history(thread("delta"))] == expected
@@ -377,11 +377,11 @@ def test_a_source_that_is_not_official_data_is_refused(client: Any, db_name: str
     chat_builder().compile(checkpointer=ours).invoke(
         {"messages": [HumanMessage("hi")]}, thread("t")
     )
-    target = MongoDBSaver(client, db_name)
+    dest = MongoDBSaver(client, db_name)
     try:
         with pytest.raises(OfficialFormatError, match="not a langgraph-checkpoint-mongodb"):
-            migrate_from_official(target, Source(f"{db_name}_ours"))
-        assert target.collections[CHECKPOINTS].count_documents({}) == 0
+            migrate_from_official(dest, Source(f"{db_name}_ours"))
+        assert dest.collections[CHECKPOINTS].count_documents({}) == 0
     finally:
         client.drop_database(f"{db_name}_ours")
         client.drop_database(db_name)

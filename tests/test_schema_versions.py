@@ -9,7 +9,6 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt import (
-    AsyncMongoDBSaver,
     MongoDBSaver,
     SchemaTooNewError,
     SchemaUpgradeRequired,
@@ -23,9 +22,9 @@ from mongo_ckpt.schema import (
     saver_key,
     store_key,
 )
-from tests.backends import count_calls
-from tests.graphs import AsyncRunner, Runner, SyncRunner, chat_builder, contents, thread
-from tests.saver_support import maybe_await
+from tests.backends import count_calls, maybe_await
+from tests.graphs import chat_builder, contents, thread
+from tests.saver_support import Api
 
 
 async def schema_doc(saver: Any, key: str) -> dict | None:
@@ -40,7 +39,7 @@ async def set_version(saver: Any, key: str, version: int | None) -> None:
         await maybe_await(coll.update_one({"_id": key}, {"$set": {"version": version}}))
 
 
-async def as_version_1(run: Runner) -> None:
+async def as_version_1(run: Api) -> None:
     """Make the saver's data look as the earliest releases stored it: no ``join`` keys,
     no schema document."""
     db = run.saver.db
@@ -50,14 +49,14 @@ async def as_version_1(run: Runner) -> None:
     await set_version(run.saver, saver_key("checkpoints"), None)
 
 
-async def chat(run: Runner, *turns: str) -> list:
+async def chat(run: Api, *turns: str) -> list:
     graph = run.compile(chat_builder())
     for text in turns:
         await run.invoke(graph, {"messages": [HumanMessage(text)]}, thread("t"))
     return (await run.state(graph, thread("t"))).values["messages"]
 
 
-async def count(run: Runner, logical: str, query: dict) -> int:
+async def count(run: Api, logical: str, query: dict) -> int:
     name = run.saver.layout.by_logical()[logical]
     return await maybe_await(run.saver.db[name].count_documents(query))
 
@@ -65,7 +64,7 @@ async def count(run: Runner, logical: str, query: dict) -> int:
 # -- the saver ------------------------------------------------------------------
 
 
-async def check_setup_records_the_version(run: Runner) -> None:
+async def check_setup_records_the_version(run: Api) -> None:
     await chat(run, "hi")
     doc = await schema_doc(run.saver, saver_key("checkpoints"))
     assert doc["version"] == SAVER_SCHEMA_VERSION
@@ -73,7 +72,7 @@ async def check_setup_records_the_version(run: Runner) -> None:
     assert doc["written_by"].startswith("mongo-ckpt ")
 
 
-async def check_older_layout_is_upgraded_in_place(run: Runner) -> None:
+async def check_older_layout_is_upgraded_in_place(run: Api) -> None:
     await chat(run, "one", "two")
     await as_version_1(run)
     missing = {"join": {"$exists": False}}
@@ -91,7 +90,7 @@ async def check_older_layout_is_upgraded_in_place(run: Runner) -> None:
     assert dict(calls) == {("schema", "find_one"): 1}
 
 
-async def check_too_big_upgrade_names_the_command(run: Runner) -> None:
+async def check_too_big_upgrade_names_the_command(run: Api) -> None:
     await chat(run, "one", "two")
     await as_version_1(run)
     missing = {"join": {"$exists": False}}
@@ -110,7 +109,7 @@ async def check_too_big_upgrade_names_the_command(run: Runner) -> None:
     assert contents(await chat(later, "three"))[-1] == ("ai", "#5: three")
 
 
-async def check_newer_layout_is_refused(run: Runner) -> None:
+async def check_newer_layout_is_refused(run: Api) -> None:
     await chat(run, "one")
     await set_version(run.saver, saver_key("checkpoints"), SAVER_SCHEMA_VERSION + 1)
     counts = {c: await count(run, c, {}) for c in (CHECKPOINTS, BLOBS, WRITES)}
@@ -129,37 +128,24 @@ async def check_newer_layout_is_refused(run: Runner) -> None:
     assert doc["version"] == SAVER_SCHEMA_VERSION + 1
 
 
-async def test_setup_records_the_version_sync(saver: MongoDBSaver) -> None:
-    await check_setup_records_the_version(SyncRunner(saver))
+async def test_setup_records_the_version(api: Api) -> None:
+    await check_setup_records_the_version(api)
+
+
+def test_read_version_reads_the_recorded_version(saver: MongoDBSaver) -> None:
     assert read_version(saver.db, saver_key("checkpoints")) == SAVER_SCHEMA_VERSION
 
 
-async def test_setup_records_the_version_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_setup_records_the_version(AsyncRunner(asaver))
+async def test_older_layout_is_upgraded_in_place(api: Api) -> None:
+    await check_older_layout_is_upgraded_in_place(api)
 
 
-async def test_older_layout_is_upgraded_in_place_sync(saver: MongoDBSaver) -> None:
-    await check_older_layout_is_upgraded_in_place(SyncRunner(saver))
+async def test_too_big_upgrade_names_the_command(api: Api) -> None:
+    await check_too_big_upgrade_names_the_command(api)
 
 
-async def test_older_layout_is_upgraded_in_place_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_older_layout_is_upgraded_in_place(AsyncRunner(asaver))
-
-
-async def test_too_big_upgrade_names_the_command_sync(saver: MongoDBSaver) -> None:
-    await check_too_big_upgrade_names_the_command(SyncRunner(saver))
-
-
-async def test_too_big_upgrade_names_the_command_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_too_big_upgrade_names_the_command(AsyncRunner(asaver))
-
-
-async def test_newer_layout_is_refused_sync(saver: MongoDBSaver) -> None:
-    await check_newer_layout_is_refused(SyncRunner(saver))
-
-
-async def test_newer_layout_is_refused_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_newer_layout_is_refused(AsyncRunner(asaver))
+async def test_newer_layout_is_refused(api: Api) -> None:
+    await check_newer_layout_is_refused(api)
 
 
 def test_official_documents_are_refused_with_the_migrate_command(client: Any, db_name: str) -> None:
