@@ -245,7 +245,12 @@ class CheckpointOperations:
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
             return
-        skeletons = yield from self._skeletons(ids)
+        skeletons, doomed = yield from self.prune_plan(ids)
+        yield from self._delete_checkpoints(ids, skeletons, doomed)
+
+    def prune_plan(self, thread_ids: Sequence[str]) -> Operation:
+        """What ``keep_latest`` would delete: ``(skeletons of the threads, doomed ones)``."""
+        skeletons = yield from self._skeletons(coerce_ids(thread_ids, "thread_ids"))
         latest: dict[tuple, Mapping[str, Any]] = {}
         for s in skeletons:
             ns_key = key_of(s)[:2]
@@ -253,8 +258,7 @@ class CheckpointOperations:
                 latest[ns_key] = s
         # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
-        doomed = [s for s in skeletons if key_of(s) not in keep]
-        yield from self._delete_checkpoints(ids, skeletons, doomed)
+        return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
     def sweep_expired(self, ttl: float) -> Operation:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)

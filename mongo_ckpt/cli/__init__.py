@@ -15,7 +15,11 @@ from collections.abc import Sequence
 import click
 
 from mongo_ckpt.cli.demo import demo
+from mongo_ckpt.cli.doctor import doctor
+from mongo_ckpt.cli.maintenance import copy, delete, prune
 from mongo_ckpt.cli.options import CliState
+from mongo_ckpt.cli.stats import stats
+from mongo_ckpt.cli.threads import diff, history, show, threads
 
 __all__ = ["CliState", "cli", "main"]
 
@@ -29,7 +33,8 @@ def cli() -> None:
     """The command group; each subcommand is added below."""
 
 
-cli.add_command(demo)
+for command in (threads, history, show, diff, stats, delete, copy, prune, doctor, demo):
+    cli.add_command(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

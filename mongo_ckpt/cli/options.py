@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,9 +10,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pymongo.errors import OperationFailure
 
+from mongo_ckpt.calls import Call, Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME
-from mongo_ckpt.layout import Layout
+from mongo_ckpt.drivers import run
+from mongo_ckpt.inspection import BSON_SIZE_PROBE
+from mongo_ckpt.layout import CHECKPOINTS, Layout
+from mongo_ckpt.saver import MongoDBSaver
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,6 +71,7 @@ def target_options(command: F) -> F:
         click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output."),
     ]
 
+    @functools.wraps(command)  # keeps the options decorated below this one
     def wrapped(
         *args: Any,
         uri: str | None,
@@ -75,8 +85,6 @@ def target_options(command: F) -> F:
         target = Target(uri or None, db, Layout(checkpoints, blobs, writes), as_json)
         return command(*args, target=target, **kwargs)
 
-    wrapped.__name__ = command.__name__
-    wrapped.__doc__ = command.__doc__
     for option in reversed(options):
         wrapped = option(wrapped)
     return wrapped  # type: ignore[return-value]
@@ -102,3 +110,75 @@ def open_client(target: Target) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+def serde_from_env() -> SerializerProtocol:
+    """LangGraph's serializer; ``EncryptedSerializer`` (AES) when ``LANGGRAPH_AES_KEY`` is set."""
+    if not os.environ.get("LANGGRAPH_AES_KEY"):
+        return JsonPlusSerializer()
+    try:
+        return EncryptedSerializer.from_pycryptodome_aes()
+    except (ImportError, ValueError) as exc:
+        raise click.UsageError(f"LANGGRAPH_AES_KEY is set but cannot be used: {exc}") from exc
+
+
+@dataclass
+class Session:
+    """A saver on the target, the collections operations run on, and how sizes are measured."""
+
+    saver: MongoDBSaver
+    collections: dict[str, Any]
+    server_sizes: bool
+
+    def run(self, operation: Operation) -> Any:
+        """Run a read ``operation`` (without the saver's index creation on first use)."""
+        try:
+            return run(self.collections, operation)
+        except NotImplementedError as exc:
+            if "+" in str(exc) and "serialization type" in str(exc):
+                raise click.ClickException(
+                    f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
+                    "written with"
+                ) from exc
+            raise
+
+    def attempt(self, call: Call) -> Any:
+        """The result of ``call``, or ``Unavailable`` when this server does not support it."""
+        try:
+            return run(self.collections, _single(call))
+        except (NotImplementedError, OperationFailure, TypeError) as exc:
+            return Unavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """What a server could not answer, and why."""
+
+    reason: str
+
+
+DATABASE = "$database"
+"""The key of the database itself among ``Session.collections`` (for database commands)."""
+
+
+def _single(call: Call) -> Operation:
+    return (yield call)
+
+
+@contextmanager
+def open_session(target: Target) -> Iterator[Session]:
+    """A ``Session`` on ``target`` (see ``open_client``)."""
+    with open_client(target) as client:
+        saver = MongoDBSaver(
+            client,
+            target.db,
+            checkpoint_collection_name=target.layout.checkpoints,
+            writes_collection_name=target.layout.writes,
+            blobs_collection_name=target.layout.blobs,
+            serde=serde_from_env(),
+        )
+        collections = {**saver.collections, DATABASE: saver.db}
+        probe = Session(saver, collections, server_sizes=False).attempt(
+            Call(CHECKPOINTS, "aggregate", (BSON_SIZE_PROBE,))
+        )
+        yield Session(saver, collections, server_sizes=not isinstance(probe, Unavailable))

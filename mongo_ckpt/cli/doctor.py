@@ -1,0 +1,76 @@
+"""``doctor``: is the server and the stored layout fit for mongo-ckpt."""
+
+from __future__ import annotations
+
+import click
+
+from mongo_ckpt import health, inspection
+from mongo_ckpt.calls import Call
+from mongo_ckpt.cli.options import (
+    DATABASE,
+    Session,
+    Target,
+    Unavailable,
+    open_session,
+    target_options,
+)
+from mongo_ckpt.cli.output import console, emit_json, table
+
+PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
+MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+
+
+def _command(session: Session, name: str) -> dict | None:
+    """The reply to database command ``name``; ``None`` where the server has no such command."""
+    reply = session.attempt(Call(DATABASE, "command", (name,)))
+    return None if isinstance(reply, Unavailable) else dict(reply)
+
+
+def _probe_write(session: Session) -> str | None:
+    """Insert and drop a document in a scratch collection; the error, if any."""
+    done = session.attempt(Call(DATABASE, "create_collection", (PROBE_COLLECTION,)))
+    if isinstance(done, Unavailable):
+        return done.reason
+    session.attempt(Call(DATABASE, "drop_collection", (PROBE_COLLECTION,)))
+    return None
+
+
+def findings(session: Session) -> list[health.Finding]:
+    """Every doctor check on the session's target."""
+    layout = session.saver.layout
+    by_logical = layout.by_logical()
+    found = session.run(inspection.index_information())
+    by_name = {by_logical[logical]: info for logical, info in found.items()}
+    return [
+        health.server_version(_command(session, "buildInfo")),
+        health.topology(_command(session, "hello")),
+        *health.indexes(layout, by_name),
+        *health.ttl(by_name),
+        health.schema_version(),
+        health.writable(_probe_write(session)),
+    ]
+
+
+@click.command()
+@target_options
+@click.option("--fix", is_flag=True, help="Create the missing indexes (the saver's setup()).")
+def doctor(target: Target, fix: bool) -> None:
+    """Check the server, the indexes, TTL settings, the schema version and write access;
+    each problem comes with its fix. Exit code 1 when a check fails."""
+    with open_session(target) as session:
+        if fix:
+            session.saver.setup()
+        result = findings(session)
+    failed = any(f.status == "fail" for f in result)
+    if target.json:
+        emit_json({"ok": not failed, "findings": [vars(f) for f in result]})
+    else:
+        out = console()
+        rows = [(MARK[f.status], f.check, f.detail) for f in result]
+        out.print(table(None, ("", "check", "found"), rows))
+        problems = [f for f in result if f.fix]
+        for f in problems:
+            out.print(f"{MARK[f.status]} {f.check}: {f.fix}", markup=False)
+        out.print("no problems found" if not problems else f"{len(problems)} problems")
+    if failed:
+        raise click.exceptions.Exit(1)
