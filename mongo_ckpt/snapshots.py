@@ -40,6 +40,11 @@ def next_nodes(checkpoint: Checkpoint, available: Collection[str]) -> list[str]:
     return sorted(nodes)
 
 
+def is_internal_channel(channel: str) -> bool:
+    """LangGraph's own channels: ``__start__``, ``__pregel_tasks``, ``branch:to:<node>``..."""
+    return channel.startswith(("__", BRANCH_PREFIX))
+
+
 def _version_key(version: Any) -> tuple[float, str]:
     # Versions are ints/floats or "<zero-padded number>.<random>" strings.
     if isinstance(version, (int, float)):

@@ -13,7 +13,14 @@ from mongo_ckpt import inspection
 from mongo_ckpt.cli.options import Session, Target, open_session, target_options
 from mongo_ckpt.cli.output import cell, console, emit_json, size, table
 from mongo_ckpt.reading import list_query
-from mongo_ckpt.snapshots import diff_values, history_rows, is_conversation, message_line
+from mongo_ckpt.snapshots import (
+    diff_values,
+    history_rows,
+    is_conversation,
+    is_internal_channel,
+    message_line,
+    next_nodes,
+)
 
 
 def _metadata_filter(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -115,7 +122,7 @@ def _tuple(session: Session, thread_id: str, ns: str, checkpoint_id: str | None)
                                "checkpoint_id": checkpoint_id}}
     found = session.run(session.saver.ops.get_tuple(config))
     if found is None:
-        what = f"checkpoint {checkpoint_id!r}" if checkpoint_id else "a checkpoint"
+        what = f"checkpoint {checkpoint_id!r}" if checkpoint_id else "checkpoint"
         raise click.ClickException(
             f"thread {thread_id!r} (namespace {ns!r}) has no {what}: see `mongo-ckpt history "
             f"{thread_id}`"
@@ -138,8 +145,16 @@ def _replayed(session: Session, found: CheckpointTuple) -> list[str]:
 @click.option("--checkpoint", "checkpoint_id", default=None, help="Default: the latest.")
 @click.option("--ns", default="", help="Checkpoint namespace (default: the root graph).")
 @click.option("--channel", "channels", multiple=True, help="Only this channel (repeatable).")
+@click.option(
+    "--internal", is_flag=True, help="Also LangGraph's own channels (__start__, branch:to:...)."
+)
 def show(
-    target: Target, thread_id: str, checkpoint_id: str | None, ns: str, channels: tuple[str, ...]
+    target: Target,
+    thread_id: str,
+    checkpoint_id: str | None,
+    ns: str,
+    channels: tuple[str, ...],
+    internal: bool,
 ) -> None:
     """The state of THREAD_ID at a checkpoint: channel values decoded with LangGraph's
     serializer (AES-encrypted data with LANGGRAPH_AES_KEY), messages as a conversation."""
@@ -154,14 +169,19 @@ def show(
             f"{', '.join(map(repr, sorted(values)))}",
             param_hint="--channel",
         )
-    shown = {c: v for c, v in values.items() if not channels or c in channels}
+    shown = {
+        c: v
+        for c, v in values.items()
+        if (c in channels if channels else internal or not is_internal_channel(c))
+    }
     metadata = found.metadata or {}
+    upcoming = next_nodes(found.checkpoint, set(values) | set(replayed))
     parent = (found.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     writes = [{"task_id": t, "channel": c, "value": v} for t, c, v in found.pending_writes or []]
     if target.json:
         emit_json({
             "thread_id": thread_id, "checkpoint_ns": ns,
-            "checkpoint_id": found.checkpoint["id"], "parent_id": parent,
+            "checkpoint_id": found.checkpoint["id"], "parent_id": parent, "next": upcoming,
             "metadata": metadata, "values": shown,
             "rebuilt_from_history": [c for c in replayed if not channels or c in channels],
             "pending_writes": writes,
@@ -170,7 +190,7 @@ def show(
     out = console()
     out.print(
         f"thread {thread_id!r}  checkpoint {found.checkpoint['id']}  step {metadata.get('step')}"
-        f"  source {metadata.get('source')}  parent {cell(parent)}"
+        f"  source {metadata.get('source')}  parent {cell(parent)}  next {cell(upcoming)}"
     )
     for channel, value in shown.items():
         out.rule(channel, align="left")
