@@ -151,3 +151,34 @@ def create_indexes(collection: str, indexes: Sequence[IndexModel]) -> Calling[li
 def create_search_index(collection: str, model: SearchIndexModel) -> Calling[str]:
     """``collection.create_search_index(model)``: the index's name."""
     return (yield Call(collection, "create_search_index", (model,)))
+
+
+def find_one(collection: str, filter: Mapping[str, Any]) -> Calling[Document | None]:
+    """``collection.find_one(filter)``."""
+    return (yield Call(collection, "find_one", (filter,)))
+
+
+def count_documents(collection: str, filter: Mapping[str, Any]) -> Calling[int]:
+    """``collection.count_documents(filter)``."""
+    return (yield Call(collection, "count_documents", (filter,)))
+
+
+def index_information(collection: str) -> Calling[dict[str, Document]]:
+    """``collection.index_information()``: each index's key and options by name."""
+    return (yield Call(collection, "index_information"))
+
+
+def command(database: str, spec: Mapping[str, Any]) -> Calling[Document]:
+    """``database.command(spec)``; ``database`` is the key of a database (not a
+    collection) among the collections the driver runs on."""
+    return (yield Call(database, "command", (spec,)))
+
+
+def create_collection(database: str, name: str) -> Calling[Any]:
+    """``database.create_collection(name)``."""
+    return (yield Call(database, "create_collection", (name,)))
+
+
+def drop_collection(database: str, name: str) -> Calling[Any]:
+    """``database.drop_collection(name)``."""
+    return (yield Call(database, "drop_collection", (name,)))

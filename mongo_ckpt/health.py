@@ -56,7 +56,7 @@ def topology(hello: Mapping[str, Any] | None) -> Finding:
     )
 
 
-def _shape(index: Mapping[str, Any]) -> tuple:
+def _shape(index: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     key = index["key"]
     pairs = tuple(key.items()) if isinstance(key, Mapping) else tuple(tuple(p) for p in key)
     return pairs, tuple((o, index[o]) for o in MEANINGFUL_OPTIONS if index.get(o))

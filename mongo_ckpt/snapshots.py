@@ -13,7 +13,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.inspection import document_size
 from mongo_ckpt.layout import BLOB_KEY
-from mongo_ckpt.reading import _typed, key_of
+from mongo_ckpt.reading import Key, _typed, key_of
 
 START = "__start__"
 BRANCH_PREFIX = "branch:to:"
@@ -76,12 +76,12 @@ def history_rows(
     """A row per checkpoint document, in the given order. ``bytes``: the checkpoint
     document, its pending writes and the channel values it stored first (those its
     parent does not name)."""
-    blob_bytes: dict[tuple, int] = {}
+    blob_bytes: dict[Key, int] = {}
     for doc in blobs:
         key = key_of(doc, BLOB_KEY)
         blob_bytes[key] = blob_bytes.get(key, 0) + document_size(doc)
-    write_bytes: dict[tuple, int] = {}
-    write_count: dict[tuple, int] = {}
+    write_bytes: dict[Key, int] = {}
+    write_count: dict[Key, int] = {}
     for doc in writes:
         key = key_of(doc)
         write_bytes[key] = write_bytes.get(key, 0) + document_size(doc)
@@ -116,7 +116,7 @@ def stored_channels(doc: Mapping[str, Any]) -> set[str]:
     return {v["channel"] for v in doc.get("values", ())} | set(doc.get("replay", ()))
 
 
-def _refs(doc: Mapping[str, Any]) -> set[tuple]:
+def _refs(doc: Mapping[str, Any]) -> set[Key]:
     return {
         (doc["thread_id"], doc["checkpoint_ns"], v["channel"], v["version"])
         for v in doc.get("values", ())

@@ -5,12 +5,9 @@ from __future__ import annotations
 import click
 
 from mongo_ckpt import health, inspection
-from mongo_ckpt.calls import Call
 from mongo_ckpt.cli.options import (
-    DATABASE,
     Session,
     Target,
-    Unavailable,
     open_session,
     target_options,
 )
@@ -20,34 +17,19 @@ PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 
 
-def _command(session: Session, name: str) -> dict | None:
-    """The reply to database command ``name``; ``None`` where the server has no such command."""
-    reply = session.attempt(Call(DATABASE, "command", (name,)))
-    return None if isinstance(reply, Unavailable) else dict(reply)
-
-
-def _probe_write(session: Session) -> str | None:
-    """Insert and drop a document in a scratch collection; the error, if any."""
-    done = session.attempt(Call(DATABASE, "create_collection", (PROBE_COLLECTION,)))
-    if isinstance(done, Unavailable):
-        return done.reason
-    session.attempt(Call(DATABASE, "drop_collection", (PROBE_COLLECTION,)))
-    return None
-
-
 def findings(session: Session) -> list[health.Finding]:
     """Every doctor check on the session's target."""
     layout = session.saver.layout
     by_logical = layout.by_logical()
-    found = session.run(inspection.index_information())
+    found = session.run(inspection.indexes())
     by_name = {by_logical[logical]: info for logical, info in found.items()}
     return [
-        health.server_version(_command(session, "buildInfo")),
-        health.topology(_command(session, "hello")),
+        health.server_version(session.run(inspection.server_reply({"buildInfo": 1}))),
+        health.topology(session.run(inspection.server_reply({"hello": 1}))),
         *health.indexes(layout, by_name),
         *health.ttl(by_name),
         health.schema_version(),
-        health.writable(_probe_write(session)),
+        health.writable(session.run(inspection.write_probe(PROBE_COLLECTION))),
     ]
 
 

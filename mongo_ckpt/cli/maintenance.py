@@ -3,7 +3,9 @@ and a confirmation prompt."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
 
 import click
 
@@ -12,6 +14,7 @@ from mongo_ckpt.cli.options import Session, Target, open_session, target_options
 from mongo_ckpt.cli.output import console, emit_json, table
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 
+F = TypeVar("F", bound=Callable[..., Any])
 LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes"}
 
 
@@ -20,17 +23,17 @@ def _confirm(question: str, yes: bool) -> None:
         click.confirm(question, abort=True, err=True)
 
 
-def dry_run_option(command: click.Command) -> click.Command:
+def dry_run_option(command: F) -> F:
     return click.option(
         "--dry-run", is_flag=True, help="Only report what would change."
     )(command)
 
 
-def yes_option(command: click.Command) -> click.Command:
+def yes_option(command: F) -> F:
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
 
 
-def idle_option(command: click.Command) -> click.Command:
+def idle_option(command: F) -> F:
     return click.option(
         "--idle-days",
         type=click.FloatRange(0, min_open=True),
@@ -48,7 +51,9 @@ def _selected(session: Session, thread_ids: tuple[str, ...], idle_days: float | 
     return session.run(inspection.idle_threads(cutoff))
 
 
-def _report(target: Target, action: str, done: bool, threads: list[str], counts: dict) -> None:
+def _report(
+    target: Target, action: str, done: bool, threads: list[str], counts: dict[str, int]
+) -> None:
     if target.json:
         emit_json({"action": action, "dry_run": not done, "threads": threads,
                    "documents": {LABELS[k]: v for k, v in counts.items()}})

@@ -13,16 +13,16 @@ import click
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pymongo.errors import OperationFailure
 
-from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.drivers import run
-from mongo_ckpt.inspection import BSON_SIZE_PROBE
-from mongo_ckpt.layout import CHECKPOINTS, Layout
+from mongo_ckpt.inspection import DATABASE, measures_sizes
+from mongo_ckpt.layout import Layout
 from mongo_ckpt.saver import MongoDBSaver
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass
@@ -128,9 +128,9 @@ class Session:
 
     saver: MongoDBSaver
     collections: dict[str, Any]
-    server_sizes: bool
+    server_sizes: bool = False
 
-    def run(self, operation: Operation) -> Any:
+    def run(self, operation: Operation[T]) -> T:
         """Run a read ``operation`` (without the saver's index creation on first use)."""
         try:
             return run(self.collections, operation)
@@ -141,28 +141,6 @@ class Session:
                     "written with"
                 ) from exc
             raise
-
-    def attempt(self, call: Call) -> Any:
-        """The result of ``call``, or ``Unavailable`` when this server does not support it."""
-        try:
-            return run(self.collections, _single(call))
-        except (NotImplementedError, OperationFailure, TypeError) as exc:
-            return Unavailable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-
-@dataclass(frozen=True)
-class Unavailable:
-    """What a server could not answer, and why."""
-
-    reason: str
-
-
-DATABASE = "$database"
-"""The key of the database itself among ``Session.collections`` (for database commands)."""
-
-
-def _single(call: Call) -> Operation:
-    return (yield call)
 
 
 @contextmanager
@@ -177,8 +155,6 @@ def open_session(target: Target) -> Iterator[Session]:
             blobs_collection_name=target.layout.blobs,
             serde=serde_from_env(),
         )
-        collections = {**saver.collections, DATABASE: saver.db}
-        probe = Session(saver, collections, server_sizes=False).attempt(
-            Call(CHECKPOINTS, "aggregate", (BSON_SIZE_PROBE,))
-        )
-        yield Session(saver, collections, server_sizes=not isinstance(probe, Unavailable))
+        session = Session(saver, {**saver.collections, DATABASE: saver.db})
+        session.server_sizes = session.run(measures_sizes())
+        yield session

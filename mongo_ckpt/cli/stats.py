@@ -8,12 +8,9 @@ from typing import Any
 import click
 
 from mongo_ckpt import health, inspection
-from mongo_ckpt.calls import Call
 from mongo_ckpt.cli.options import (
-    DATABASE,
     Session,
     Target,
-    Unavailable,
     open_session,
     target_options,
 )
@@ -30,16 +27,13 @@ def collection_stats(session: Session, top: int) -> dict[str, Any]:
         inspection.sizes({}, top, session.server_sizes)
     )
     counts = session.run(inspection.counts())
-    indexes = session.run(inspection.index_information())
+    indexes = session.run(inspection.indexes())
     collections = {}
     for logical, name in session.saver.layout.by_logical().items():
-        reply = session.attempt(Call(DATABASE, "command", ("collStats", name)))
-        server = {} if isinstance(reply, Unavailable) else reply
+        server = session.run(inspection.server_reply({"collStats": name})) or {}
         collections[name] = {
             "documents": counts[logical],
-            "data_bytes": sum(
-                per[logical][1] for per in measured.threads.values() if logical in per
-            ),
+            "data_bytes": measured.collection_bytes(logical),
             "storage_bytes": server.get("storageSize"),
             "index_bytes": server.get("totalIndexSize"),
             "indexes": {
@@ -115,8 +109,10 @@ def stats(target: Target, top: int, plot_path: Path | None) -> None:
 
 def _print(result: dict[str, Any], plot_path: Path | None) -> None:
     out = console()
-    known = lambda v: "-" if v is None else size(v)  # noqa: E731
-    rows = [
+    def known(value: int | None) -> str:
+        return "-" if value is None else size(value)
+
+    rows: list[tuple[Any, ...]] = [
         (name, c["documents"], size(c["data_bytes"]), known(c["storage_bytes"]),
          known(c["index_bytes"]), ", ".join(c["indexes"]))
         for name, c in result["collections"].items()

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import click
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from rich.pretty import Pretty
 
@@ -84,7 +85,9 @@ def threads(target: Target, sort: str, limit: int, page: int, filters: tuple[str
     )
 
 
-def _thread_documents(session: Session, thread_id: str, ns: str | None) -> tuple:
+def _thread_documents(
+    session: Session, thread_id: str, ns: str | None
+) -> inspection.ThreadDocuments:
     docs = session.run(inspection.thread_documents(thread_id, ns))
     if not docs[0]:
         where = f" in namespace {ns!r}" if ns is not None else ""
@@ -118,8 +121,8 @@ def history(target: Target, thread_id: str, ns: str | None) -> None:
 
 
 def _tuple(session: Session, thread_id: str, ns: str, checkpoint_id: str | None) -> CheckpointTuple:
-    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
-                               "checkpoint_id": checkpoint_id}}
+    key = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+    config: RunnableConfig = {"configurable": key}
     found = session.run(session.saver.ops.get_tuple(config))
     if found is None:
         what = f"checkpoint {checkpoint_id!r}" if checkpoint_id else "checkpoint"
