@@ -258,7 +258,7 @@ def test_diff_lists_what_changed_channel_by_channel(written: Written) -> None:
     assert change["channel"] == "messages" and change["status"] == "appended"
     assert change["appended"] == jsonable(added)
     human = written.invoke("diff", "chat-ada", *ids).output
-    assert "1 channels differ" in human
+    assert f"{ids[0]} -> {ids[1]}, 1 differing" in human
     assert "messages: appended" in human
     assert [line for line in human.splitlines() if line.startswith("+ ")] == [
         f"+ {m.type}> {m.content}" for m in added

@@ -49,7 +49,7 @@ def doctor(target: Target, fix: bool) -> None:
     else:
         out = console()
         rows = [(MARK[f.status], f.check, f.detail) for f in result]
-        out.print(table(None, ("", "check", "found"), rows))
+        out.print(table(None, ("status", "check", "found"), rows))
         problems = [f for f in result if f.fix]
         for f in problems:
             out.print(f"{MARK[f.status]} {f.check}: {f.fix}", markup=False)

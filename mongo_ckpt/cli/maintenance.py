@@ -52,16 +52,21 @@ def _selected(session: Session, thread_ids: tuple[str, ...], idle_days: float | 
 
 
 def _report(
-    target: Target, action: str, done: bool, threads: list[str], counts: dict[str, int]
+    target: Target,
+    action: str,
+    done: bool,
+    threads: list[str],
+    counts: dict[str, int],
+    title: str,
 ) -> None:
     if target.json:
         emit_json({"action": action, "dry_run": not done, "threads": threads,
                    "documents": {LABELS[k]: v for k, v in counts.items()}})
         return
-    verb = {True: "deleted" if action != "copy" else "copied", False: "would be affected"}[done]
+    verb = ("copied" if action == "copy" else "deleted") if done else "affected"
     out = console()
     rows = [(LABELS[k], v) for k, v in counts.items()]
-    out.print(table(f"{action}: {len(threads)} threads, documents {verb}", ("", "documents"), rows))
+    out.print(table(title, ("", f"documents {verb}"), rows))
     if not done:
         out.print("dry run: nothing was changed")
 
@@ -82,7 +87,7 @@ def delete(
         if not dry_run and selected:
             _confirm(f"Delete {len(selected)} threads ({counts[CHECKPOINTS]} checkpoints)?", yes)
             session.saver.prune(selected, strategy="delete")
-    _report(target, "delete", not dry_run, selected, counts)
+    _report(target, "delete", not dry_run, selected, counts, f"delete: {len(selected)} threads")
 
 
 @click.command()
@@ -104,7 +109,8 @@ def copy(target: Target, source: str, destination: str, dry_run: bool, yes: bool
             extra = f" (it already has {existing} checkpoints)" if existing else ""
             _confirm(f"Copy {source!r} to {destination!r}{extra}?", yes)
             session.saver.copy_thread(source, destination)
-    _report(target, "copy", not dry_run, [source, destination], counts)
+    title = f"copy {source!r} to {destination!r}"
+    _report(target, "copy", not dry_run, [source, destination], counts, title)
 
 
 @click.command()

@@ -18,6 +18,7 @@ from rich.table import Table
 from mongo_ckpt.snapshots import jsonable
 
 WIDTH_WHEN_PIPED = 150
+HEADING_WIDTH = 60
 
 
 def console() -> Console:
@@ -44,7 +45,9 @@ def _json_safe(value: Any) -> Any:
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
     """A rich table; numbers right-aligned."""
-    out = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    out = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+    )
     for index, name in enumerate(columns):
         numeric = bool(rows) and all(isinstance(r[index], (int, float)) for r in rows)
         out.add_column(name, justify="right" if numeric else "left", overflow="fold")
@@ -62,6 +65,11 @@ def cell(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(repr(v) if v == "" else str(v) for v in value)
     return str(value)
+
+
+def heading(out: Console, text: str) -> None:
+    """A section heading: ``── text ────``."""
+    out.print(f"── {text} " + "─" * max(3, HEADING_WIDTH - len(text)), markup=False)
 
 
 def size(value: int) -> str:

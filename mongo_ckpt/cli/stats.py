@@ -58,7 +58,7 @@ def collection_stats(session: Session, top: int) -> dict[str, Any]:
     }
 
 
-def plot(per_thread: dict[str, int], path: Path) -> None:
+def plot(database: str, per_thread: dict[str, int], path: Path) -> None:
     """A histogram of the bytes per thread, with the percentiles marked, saved as PNG."""
     try:
         import matplotlib
@@ -70,13 +70,14 @@ def plot(per_thread: dict[str, int], path: Path) -> None:
     values = sorted(per_thread.values())
     figure, axes = pyplot.subplots(figsize=(8, 4.5), dpi=100)
     axes.hist([v / 1000 for v in values], bins=min(40, max(5, len(values))), color="#4c72b0")
-    for name, value in inspection.percentiles(values).items():
-        axes.axvline(value / 1000, linestyle="--", color="#c44e52", linewidth=1)
-        axes.annotate(name, (value / 1000, axes.get_ylim()[1] * 0.95), rotation=90,
-                      va="top", ha="right", fontsize=8)
+    styles = ("--", "-.", ":", "-")
+    for (name, value), style in zip(inspection.percentiles(values).items(), styles):
+        axes.axvline(value / 1000, linestyle=style, color="#c44e52", linewidth=1.2,
+                     label=f"{name} {size(value)}")
+    axes.legend(loc="upper right")
     axes.set_xlabel("stored kB per thread (checkpoints, values and writes)")
     axes.set_ylabel("threads")
-    axes.set_title(f"{len(values)} threads")
+    axes.set_title(f"{database}: {len(values)} threads")
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
@@ -100,7 +101,7 @@ def stats(target: Target, top: int, plot_path: Path | None) -> None:
         result = collection_stats(session, top)
     per_thread = result.pop("per_thread_bytes")
     if plot_path is not None:
-        plot(per_thread, plot_path)
+        plot(result["database"], per_thread, plot_path)
     if target.json:
         emit_json({**result, "plot": str(plot_path) if plot_path else None})
         return

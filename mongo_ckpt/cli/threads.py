@@ -12,7 +12,7 @@ from rich.pretty import Pretty
 
 from mongo_ckpt import inspection
 from mongo_ckpt.cli.options import Session, Target, open_session, target_options
-from mongo_ckpt.cli.output import cell, console, emit_json, size, table
+from mongo_ckpt.cli.output import cell, console, emit_json, heading, size, table
 from mongo_ckpt.reading import list_query
 from mongo_ckpt.snapshots import (
     diff_values,
@@ -196,7 +196,7 @@ def show(
         f"  source {metadata.get('source')}  parent {cell(parent)}  next {cell(upcoming)}"
     )
     for channel, value in shown.items():
-        out.rule(channel, align="left")
+        heading(out, channel)
         if is_conversation(value):
             for message in value:
                 out.print(message_line(message), markup=False)
@@ -204,12 +204,13 @@ def show(
             out.print(Pretty(value))
     for channel in replayed:
         if not channels or channel in channels:
-            out.rule(channel, align="left")
+            heading(out, channel)
             out.print("(DeltaChannel: not stored at this checkpoint, rebuilt from history on load)")
     if writes:
-        out.rule("pending writes", align="left")
+        heading(out, "pending writes")
         for write in writes:
-            out.print(f"{write['task_id']}  {write['channel']}: ", Pretty(write["value"]))
+            line = f"{write['channel']} (task {write['task_id']}): {write['value']!r}"
+            out.print(line, markup=False)
 
 
 @click.command()
@@ -231,10 +232,10 @@ def diff(
         emit_json([vars(d) for d in changes])
         return
     out = console()
-    out.print(f"thread {thread_id!r}: {checkpoint_a} -> {checkpoint_b}, "
-              f"{sum(d.status != 'unchanged' for d in changes)} channels differ")
+    differ = sum(d.status != "unchanged" for d in changes)
+    out.print(f"thread {thread_id!r}: {checkpoint_a} -> {checkpoint_b}, {differ} differing")
     for d in changes:
-        out.rule(f"{d.channel}: {d.status}", align="left")
+        heading(out, f"{d.channel}: {d.status}")
         if d.status == "appended":
             for item in d.appended or []:
                 line = message_line(item) if is_conversation([item]) else repr(item)
