@@ -10,6 +10,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from mongo_ckpt.inspection import document_size
 from mongo_ckpt.layout import BLOB_KEY
@@ -38,6 +39,12 @@ def next_nodes(checkpoint: Checkpoint, available: Collection[str]) -> list[str]:
         if last_seen is None or _version_key(last_seen) < _version_key(version):
             nodes.append(node)
     return sorted(nodes)
+
+
+def channel_values(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The state a checkpoint's stored ``channel_values`` hold: a DeltaChannel's snapshot
+    (LangGraph's ``_DeltaSnapshot`` wrapper) as the value it wraps."""
+    return {c: v.value if isinstance(v, _DeltaSnapshot) else v for c, v in stored.items()}
 
 
 def is_internal_channel(channel: str) -> bool:
@@ -168,18 +175,23 @@ class ChannelDiff:
     """How one channel differs between checkpoints A and B."""
 
     channel: str
-    status: str  # "added", "removed", "changed", "appended", "unchanged"
+    status: str  # "added", "removed", "changed", "appended", "unchanged", "not compared"
     before: Any
     after: Any
     appended: list[Any] | None = None
 
 
-def diff_values(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[ChannelDiff]:
+def diff_values(
+    a: Mapping[str, Any], b: Mapping[str, Any], rebuilt: Collection[str] = ()
+) -> list[ChannelDiff]:
     """Channel-by-channel difference from ``a`` to ``b``; a list that ``b`` extends
-    (messages, for one) is ``appended`` with the new items."""
+    (messages, for one) is ``appended`` with the new items. Channels in ``rebuilt``
+    (DeltaChannels without a stored value at either checkpoint) are ``not compared``."""
     out = []
-    for channel in sorted(set(a) | set(b)):
-        if channel not in b:
+    for channel in sorted(set(a) | set(b) | set(rebuilt)):
+        if channel in rebuilt:
+            out.append(ChannelDiff(channel, "not compared", a.get(channel), b.get(channel)))
+        elif channel not in b:
             out.append(ChannelDiff(channel, "removed", a[channel], None))
         elif channel not in a:
             out.append(ChannelDiff(channel, "added", None, b[channel]))

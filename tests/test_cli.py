@@ -27,6 +27,8 @@ from mongo_ckpt.inspection import percentiles
 from mongo_ckpt.snapshots import jsonable
 from tests.backends import sync_client, wire_uri
 from tests.cli_support import CHAT_TURNS, resume_booking, write_threads
+from tests.delta_graphs import Shape
+from tests.delta_graphs import builder as delta_builder
 from tests.graphs import chat_builder, contents, thread
 
 BACKENDS = ["mock", "wire"]
@@ -476,3 +478,31 @@ def test_commands_connect_to_the_uri(capsys: Any, monkeypatch: Any) -> None:
     finally:
         client.drop_database(db)
         client.close()
+
+
+def test_history_and_show_on_a_delta_channel_thread(fresh: Written) -> None:
+    shape = Shape(snapshot_frequency=3, writers=2, subgraph=False, durability="sync")
+    graph = delta_builder(shape, delta=True).compile(checkpointer=fresh.saver)
+    for turn in range(2):
+        graph.invoke({"messages": [HumanMessage(f"turn {turn}")]}, thread("delta"))
+    snapshots = list(graph.get_state_history(thread("delta")))
+    rows = fresh.json("history", "delta")
+    assert [r["next"] for r in rows] == [sorted(s.next) for s in snapshots]
+    kinds: dict[str, str] = {}
+    for snapshot in snapshots:
+        checkpoint_id = snapshot.config["configurable"]["checkpoint_id"]
+        shown = fresh.json("show", "delta", "--checkpoint", checkpoint_id)
+        if "messages" in shown["values"]:  # stored at this checkpoint: the whole value
+            assert shown["values"]["messages"] == jsonable(snapshot.values["messages"])
+            kinds[checkpoint_id] = "stored"
+        elif shown["rebuilt_from_history"] == ["messages"]:
+            kinds[checkpoint_id] = "rebuilt"
+            human = fresh.invoke("show", "delta", "--checkpoint", checkpoint_id).output
+            assert "(DeltaChannel: not stored at this checkpoint" in human
+    assert set(kinds.values()) == {"stored", "rebuilt"}
+    stored = [c for c, kind in kinds.items() if kind == "stored"]
+    rebuilt = next(c for c, kind in kinds.items() if kind == "rebuilt")
+    (change,) = fresh.json("diff", "delta", stored[-1], stored[0])
+    assert (change["channel"], change["status"]) == ("messages", "appended")
+    statuses = {d["channel"]: d["status"] for d in fresh.json("diff", "delta", stored[0], rebuilt)}
+    assert statuses["messages"] == "not compared"

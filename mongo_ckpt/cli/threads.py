@@ -15,6 +15,7 @@ from mongo_ckpt.cli.options import Session, Target, open_session, target_options
 from mongo_ckpt.cli.output import cell, console, emit_json, heading, size, table
 from mongo_ckpt.reading import list_query
 from mongo_ckpt.snapshots import (
+    channel_values,
     diff_values,
     history_rows,
     is_conversation,
@@ -164,7 +165,7 @@ def show(
     with open_session(target) as session:
         found = _tuple(session, thread_id, ns, checkpoint_id)
         replayed = _replayed(session, found)
-    values = found.checkpoint["channel_values"]
+    values = channel_values(found.checkpoint["channel_values"])
     unknown = [c for c in channels if c not in values and c not in replayed]
     if unknown:
         raise click.BadParameter(
@@ -225,9 +226,10 @@ def diff(
 ) -> None:
     """Channel-by-channel difference of THREAD_ID's state from CHECKPOINT_A to CHECKPOINT_B."""
     with open_session(target) as session:
-        a = _tuple(session, thread_id, ns, checkpoint_a).checkpoint["channel_values"]
-        b = _tuple(session, thread_id, ns, checkpoint_b).checkpoint["channel_values"]
-    changes = [d for d in diff_values(a, b) if show_all or d.status != "unchanged"]
+        found = [_tuple(session, thread_id, ns, c) for c in (checkpoint_a, checkpoint_b)]
+        rebuilt = {c for f in found for c in _replayed(session, f)}
+    a, b = (channel_values(f.checkpoint["channel_values"]) for f in found)
+    changes = [d for d in diff_values(a, b, rebuilt) if show_all or d.status != "unchanged"]
     if target.json:
         emit_json([vars(d) for d in changes])
         return
@@ -246,3 +248,5 @@ def diff(
                 out.print("+ ", Pretty(d.after))
         elif d.status == "added":
             out.print("+ ", Pretty(d.after))
+        elif d.status == "not compared":
+            out.print("(DeltaChannel not stored at one of the checkpoints: rebuilt from history)")
