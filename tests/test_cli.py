@@ -475,6 +475,9 @@ def test_commands_connect_to_the_uri(capsys: Any, monkeypatch: Any) -> None:
         monkeypatch.delenv("MONGODB_URI")
         assert main(["stats", "--db", db]) == 2
         assert "pass --uri or set MONGODB_URI" in capsys.readouterr().err
+        nowhere = "mongodb://127.0.0.1:9/?timeoutMS=300"
+        assert main(["threads", "--uri", nowhere]) == 1
+        assert f"cannot reach MongoDB at {nowhere}" in capsys.readouterr().err
     finally:
         client.drop_database(db)
         client.close()

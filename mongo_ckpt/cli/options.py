@@ -13,9 +13,11 @@ import click
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pymongo import MongoClient
+from pymongo.errors import ConnectionFailure
 
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
 from mongo_ckpt.layout import Layout
@@ -101,11 +103,8 @@ def open_client(target: Target) -> Iterator[Any]:
     uri = target.uri or os.environ.get("MONGODB_URI")
     if not uri:
         raise click.UsageError("no MongoDB to connect to: pass --uri or set MONGODB_URI")
-    from pymongo import MongoClient
-
-    from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
-
-    client: Any = MongoClient(uri, timeoutMS=DEFAULT_TIMEOUT_MS)
+    # The saver's own client options: timeoutMS 10 s unless the URI sets it.
+    client: Any = MongoClient(uri, **_client_kwargs(uri, None, None))
     try:
         yield client
     finally:
@@ -156,5 +155,10 @@ def open_session(target: Target) -> Iterator[Session]:
             serde=serde_from_env(),
         )
         session = Session(saver, {**saver.collections, DATABASE: saver.db})
-        session.server_sizes = session.run(measures_sizes())
-        yield session
+        try:
+            session.server_sizes = session.run(measures_sizes())
+            yield session
+        except ConnectionFailure as exc:
+            raise click.ClickException(
+                f"cannot reach MongoDB at {target.uri or '$MONGODB_URI'}: {exc}"
+            ) from exc
