@@ -24,7 +24,15 @@ from mongo_ckpt.cli.threads import diff, history, show, threads
 __all__ = ["CliState", "cli", "main"]
 
 
+class _InOrder(click.Group):
+    """Lists commands in the order they were added (inspect, maintain, check), not sorted."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
 @click.group(
+    cls=_InOrder,
     name="mongo-ckpt",
     help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
