@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from pymongo import MongoClient, monitoring
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli, main
@@ -509,3 +510,45 @@ def test_history_and_show_on_a_delta_channel_thread(fresh: Written) -> None:
     assert (change["channel"], change["status"]) == ("messages", "appended")
     statuses = {d["channel"]: d["status"] for d in fresh.json("diff", "delta", stored[0], rebuilt)}
     assert statuses["messages"] == "not compared"
+
+
+class _Commands(monitoring.CommandListener):
+    """Names of the commands a client sends, in order."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
+    """On a server with ``$bsonSize`` the threads page is five commands however many
+    threads there are: the size probe, one grouping of checkpoints, one per collection."""
+    listener = _Commands()
+    client = MongoClient(
+        wire_uri(), directConnection=True, event_listeners=[listener]
+    )
+    db = f"t_cli_{uuid.uuid4().hex[:8]}"
+    written = Written("wire", client, db, MongoDBSaver(client, db), {})
+    try:
+        sent = []
+        for turns in (1, 4):
+            graph = chat_builder().compile(checkpointer=written.saver)
+            for n in range(turns * 3):
+                graph.invoke({"messages": [HumanMessage("hi")]}, thread(f"t-{turns}-{n}"))
+            listener.names.clear()
+            page = written.json("threads", "--sort", "size", "--limit", "2")
+            sent.append(list(listener.names))
+            assert len(page["threads"]) == 2
+        assert sent[0] == sent[1] == ["aggregate"] * 5
+        assert page["total"] == 15
+    finally:
+        client.drop_database(db)
+        client.close()
