@@ -73,7 +73,7 @@ def threads(target: Target, sort: str, limit: int, page: int, filters: tuple[str
         return
     out = console()
     rows = [
-        (r.thread_id, r.checkpoints, r.namespaces or [""], size(r.bytes), r.documents,
+        (r.thread_id, r.checkpoints, r.namespaces, size(r.bytes), r.documents,
          r.last_activity)
         for r in result.rows
     ]
