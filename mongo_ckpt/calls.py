@@ -114,6 +114,18 @@ def next_batch(
     return (yield NextBatch(cursor, size))
 
 
+def find_one(collection: str, filter: Mapping[str, Any]) -> Calling[Document | None]:
+    """``collection.find_one(filter)``."""
+    return (yield Call(collection, "find_one", (filter,)))
+
+
+def count_documents(
+    collection: str, filter: Mapping[str, Any], *, limit: int | None = None
+) -> Calling[int]:
+    """``collection.count_documents(filter, ...)``."""
+    return (yield Call(collection, "count_documents", (filter,), _options(limit=limit)))
+
+
 def aggregate(collection: str, pipeline: Pipeline) -> Calling[list[Document]]:
     """``list(collection.aggregate(pipeline))``."""
     return (yield Call(collection, "aggregate", (pipeline,)))
@@ -151,16 +163,6 @@ def create_indexes(collection: str, indexes: Sequence[IndexModel]) -> Calling[li
 def create_search_index(collection: str, model: SearchIndexModel) -> Calling[str]:
     """``collection.create_search_index(model)``: the index's name."""
     return (yield Call(collection, "create_search_index", (model,)))
-
-
-def find_one(collection: str, filter: Mapping[str, Any]) -> Calling[Document | None]:
-    """``collection.find_one(filter)``."""
-    return (yield Call(collection, "find_one", (filter,)))
-
-
-def count_documents(collection: str, filter: Mapping[str, Any]) -> Calling[int]:
-    """``collection.count_documents(filter)``."""
-    return (yield Call(collection, "count_documents", (filter,)))
 
 
 def index_information(collection: str) -> Calling[dict[str, Document]]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from mongo_ckpt.layout import Layout, index_models
 
 Status = Literal["ok", "warn", "fail"]
-SETUP_FIX = "run `mongo-ckpt doctor --fix` (it calls the saver's setup()), or saver.setup()"
+SETUP_FIX = "run `mongo-ckpt doctor --fix` (it creates the indexes layout.py defines)"
 # Index options that change what an index does; the others (v, ns, ...) are bookkeeping.
 MEANINGFUL_OPTIONS = ("unique", "sparse", "expireAfterSeconds", "partialFilterExpression")
 
@@ -122,10 +122,25 @@ def ttl(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Finding]:
     ]
 
 
-def schema_version() -> Finding:
-    """The stored layout's version. The layout has no recorded version yet; this is the
-    place its check goes."""
-    return Finding("schema version", "ok", "not recorded (this layout has no version yet)")
+def schema_version(found: int | None, current: int, has_data: bool, upgrade: str) -> Finding:
+    """The layout version recorded for the saver (``found``) against the ``current`` one
+    this release reads; ``upgrade``: the command that upgrades it."""
+    check = "schema version"
+    if found == current:
+        return Finding(check, "ok", f"version {found} (current)")
+    if found is not None and found > current:
+        return Finding(
+            check, "fail", f"version {found}, newer than version {current} this mongo-ckpt reads",
+            "upgrade mongo-ckpt (pip install -U mongo-ckpt) before reading this data",
+        )
+    if found is not None:
+        return Finding(check, "fail", f"version {found}, older than {current}", f"run `{upgrade}`")
+    if not has_data:
+        return Finding(check, "ok", "not recorded yet: no data (setup() records it on first use)")
+    return Finding(
+        check, "warn", f"not recorded: data of an earlier mongo-ckpt (current: {current})",
+        f"run `{upgrade}` (the saver's setup() also does, on first use)",
+    )
 
 
 def writable(error: str | None) -> Finding:

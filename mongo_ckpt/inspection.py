@@ -35,6 +35,7 @@ from mongo_ckpt.calls import (
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.reading import LATEST, inactive_threads_pipeline
+from mongo_ckpt.schema import SCHEMA, version_of
 
 COLLECTIONS = (CHECKPOINTS, BLOBS, WRITES)
 DATABASE = "$database"
@@ -277,6 +278,11 @@ def indexes() -> Operation[dict[str, dict[str, Document]]]:
     for collection in COLLECTIONS:
         result[collection] = yield from index_information(collection)
     return result
+
+
+def schema_version(key: str) -> Operation[int | None]:
+    """The layout version recorded under ``key`` (``None``: not recorded)."""
+    return version_of((yield from find_one(SCHEMA, {"_id": key})))
 
 
 def idle_threads(cutoff: datetime) -> Operation[list[str]]:

@@ -25,6 +25,7 @@ from pymongo import MongoClient, monitoring
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli, main
 from mongo_ckpt.inspection import percentiles
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, saver_key
 from mongo_ckpt.snapshots import jsonable
 from tests.backends import sync_client, wire_uri
 from tests.cli_support import CHAT_TURNS, resume_booking, write_threads
@@ -552,3 +553,26 @@ def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
     finally:
         client.drop_database(db)
         client.close()
+
+
+def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> None:
+    versions = fresh.client[fresh.db][SCHEMA_COLLECTION]
+    key = {"_id": saver_key("checkpoints")}
+
+    def schema() -> dict[str, Any]:
+        report = json.loads(fresh.invoke("doctor", "--json").output)
+        return next(f for f in report["findings"] if f["check"] == "schema version")
+
+    assert schema()["detail"] == f"version {SAVER_SCHEMA_VERSION} (current)"
+    assert fresh.json("stats")["schema"]["status"] == "ok"
+    versions.update_one(key, {"$set": {"version": SAVER_SCHEMA_VERSION + 1}})
+    newer = fresh.invoke("doctor")
+    assert newer.exit_code == 1
+    assert "pip install -U mongo-ckpt" in newer.output
+    versions.update_one(key, {"$set": {"version": 1}})
+    older = schema()
+    assert older["status"] == "fail"
+    assert older["fix"] == f"run `mongo-ckpt upgrade --db {fresh.db}`"
+    versions.delete_one(key)
+    unrecorded = schema()
+    assert unrecorded["status"] == "warn" and "earlier mongo-ckpt" in unrecorded["detail"]

@@ -17,6 +17,7 @@ import click
 from mongo_ckpt.cli.demo import demo
 from mongo_ckpt.cli.doctor import doctor
 from mongo_ckpt.cli.maintenance import copy, delete, prune
+from mongo_ckpt.cli.migrate import migrate, upgrade
 from mongo_ckpt.cli.options import CliState
 from mongo_ckpt.cli.stats import stats
 from mongo_ckpt.cli.threads import diff, history, show, threads
@@ -41,7 +42,9 @@ def cli() -> None:
     """The command group; each subcommand is added below."""
 
 
-for command in (threads, history, show, diff, stats, delete, copy, prune, doctor, demo):
+for command in (
+    threads, history, show, diff, stats, delete, copy, prune, doctor, migrate, upgrade, demo
+):
     cli.add_command(command)
 
 

@@ -12,9 +12,20 @@ from mongo_ckpt.cli.options import (
     target_options,
 )
 from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.layout import CHECKPOINTS
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key, upgrade_command
 
 PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+
+
+def schema_status(session: Session) -> health.Finding:
+    """The saver's recorded layout version against the one this release reads."""
+    saver = session.saver
+    found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
+    has_data = session.run(inspection.counts())[CHECKPOINTS] > 0
+    upgrade = upgrade_command(saver.db.name, saver.layout)
+    return health.schema_version(found, SAVER_SCHEMA_VERSION, has_data, upgrade)
 
 
 def findings(session: Session) -> list[health.Finding]:
@@ -28,20 +39,20 @@ def findings(session: Session) -> list[health.Finding]:
         health.topology(session.run(inspection.server_reply({"hello": 1}))),
         *health.indexes(layout, by_name),
         *health.ttl(by_name),
-        health.schema_version(),
+        schema_status(session),
         health.writable(session.run(inspection.write_probe(PROBE_COLLECTION))),
     ]
 
 
 @click.command()
 @target_options
-@click.option("--fix", is_flag=True, help="Create the missing indexes (the saver's setup()).")
+@click.option("--fix", is_flag=True, help="Create the missing indexes first.")
 def doctor(target: Target, fix: bool) -> None:
     """Check the server, the indexes, TTL settings, the schema version and write access;
     each problem comes with its fix. Exit code 1 when a check fails."""
     with open_session(target) as session:
         if fix:
-            session.saver.setup()
+            session.run(session.saver.ops.create_indexes())
         result = findings(session)
     failed = any(f.status == "fail" for f in result)
     if target.json:

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from mongo_ckpt import health, inspection
+from mongo_ckpt import inspection
+from mongo_ckpt.cli.doctor import schema_status
 from mongo_ckpt.cli.options import (
     Session,
     Target,
@@ -53,7 +54,7 @@ def collection_stats(session: Session, top: int) -> dict[str, Any]:
              **d.identity}
             for d in measured.largest
         ],
-        "schema": vars(health.schema_version()),
+        "schema": vars(schema_status(session)),
         "per_thread_bytes": per_thread,
     }
 
