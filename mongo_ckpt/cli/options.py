@@ -142,18 +142,24 @@ class Session:
             raise
 
 
+def saver_on(client: Any, target: Target) -> MongoDBSaver:
+    """A saver on ``client`` for ``target``'s database and collections, with
+    ``serde_from_env()``."""
+    return MongoDBSaver(
+        client,
+        target.db,
+        checkpoint_collection_name=target.layout.checkpoints,
+        writes_collection_name=target.layout.writes,
+        blobs_collection_name=target.layout.blobs,
+        serde=serde_from_env(),
+    )
+
+
 @contextmanager
 def open_session(target: Target) -> Iterator[Session]:
     """A ``Session`` on ``target`` (see ``open_client``)."""
     with open_client(target) as client:
-        saver = MongoDBSaver(
-            client,
-            target.db,
-            checkpoint_collection_name=target.layout.checkpoints,
-            writes_collection_name=target.layout.writes,
-            blobs_collection_name=target.layout.blobs,
-            serde=serde_from_env(),
-        )
+        saver = saver_on(client, target)
         session = Session(saver, {**saver.collections, DATABASE: saver.db})
         try:
             session.server_sizes = session.run(measures_sizes())
