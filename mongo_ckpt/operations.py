@@ -19,6 +19,7 @@ from pymongo import ReplaceOne, UpdateOne
 from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
 from mongo_ckpt.documents import (
+    ValueWrites,
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
@@ -37,6 +38,7 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
+from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
@@ -47,6 +49,7 @@ from mongo_ckpt.reading import (
     key_of,
     keys_query,
     list_query,
+    needed_values,
     split_joined,
     tuple_pipeline,
     writes_query,
@@ -62,6 +65,9 @@ _KEY_FIELDS = {
 }
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+# Set on the writes and values of checkpoints being deleted, before the checkpoints go:
+# once no checkpoint names them, the mark is how any later maintenance finds them.
+DOOMED = "doomed"
 
 
 class CheckpointOperations:
@@ -151,9 +157,8 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        if blobs:  # values first: a reader never sees a checkpoint without its values
-            # Ordered, so each value's head is applied only after its parts (payload.py).
-            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": True})
+        if blobs.requests:  # values first: a reader never sees a checkpoint without its values
+            yield from _write_values(BLOBS, BLOB_KEY, blobs)
         yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
         return {"configurable": key}
 
@@ -173,8 +178,8 @@ class CheckpointOperations:
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         task_id = coerce_id(task_id, "task_id")
         requests = write_requests(key, writes, task_id, task_path or "", self.serde)
-        if requests:
-            yield Call(WRITES, "bulk_write", (requests,), {"ordered": True})
+        if requests.requests:
+            yield from _write_values(WRITES, WRITE_KEY, requests)
 
     def delete_thread(self, thread_id: str) -> Operation:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
@@ -192,15 +197,14 @@ class CheckpointOperations:
         if not ids:
             return
         threads = yield Call(CHECKPOINTS, "distinct", ("thread_id", {"run_id": {"$in": ids}}))
-        if not threads:
-            return
-        skeletons = yield from self._skeletons(threads)
+        # With no checkpoint of the runs left, this still finishes an earlier, cut call.
+        skeletons = (yield from self._skeletons(threads)) if threads else []
         runs = set(ids)
         survivors = [s for s in skeletons if s.get("run_id") not in runs]
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
         keep = needed_ancestors(skeletons, survivors)
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
-        yield from self._delete_checkpoints(threads, skeletons, doomed)
+        yield from self._delete_checkpoints(skeletons, doomed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
         source = coerce_id(source_thread_id, "source_thread_id")
@@ -254,7 +258,7 @@ class CheckpointOperations:
         # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
         doomed = [s for s in skeletons if key_of(s) not in keep]
-        yield from self._delete_checkpoints(ids, skeletons, doomed)
+        yield from self._delete_checkpoints(skeletons, doomed)
 
     def sweep_expired(self, ttl: float) -> Operation:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
@@ -265,42 +269,76 @@ class CheckpointOperations:
             yield from self._delete(threads, threads, threads)
         return expired
 
-    def _skeletons(self, thread_ids: Sequence[str]) -> Operation:
+    def _skeletons(self, thread_ids: Iterable[str]) -> Operation:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
         return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
 
     def _delete_checkpoints(
-        self,
-        thread_ids: Sequence[str],
-        skeletons: Sequence[Mapping[str, Any]],
-        doomed: Sequence[Mapping[str, Any]],
+        self, skeletons: Sequence[Mapping[str, Any]], doomed: Sequence[Mapping[str, Any]]
     ) -> Operation:
-        """Delete ``doomed`` checkpoints, their writes, and the values only they use.
+        """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
-        Values are deleted by exact key: the versions the doomed checkpoints name,
-        minus those a surviving checkpoint of the snapshot names. A value written
-        after the snapshot (a concurrent ``put``) is never a candidate. The one race
-        left: a concurrent ``put`` that forks from a doomed checkpoint and names an
-        existing version only doomed checkpoints named; its read then raises
-        ``MissingValueError`` rather than returning a partial state.
+        Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
+        and the value versions that they, and no surviving checkpoint of the snapshot,
+        need; delete the checkpoints; delete marked documents no checkpoint needs
+        (``_delete_doomed``, which also finishes any earlier call that was cut).
+
+        Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
+        values, and a checkpoint written since the snapshot that names a marked version
+        (a fork from a doomed checkpoint) keeps it when the deletion re-reads the
+        checkpoints first. One race is left: such a fork whose checkpoint lands between
+        that re-read and the delete right after it. Its read then raises
+        ``MissingValueError``; it is never returned partial. Closing that gap needs the
+        checkpoint insert and the value delete to be atomic together (a multi-document
+        transaction, which mongomock lacks), or a read after every ``put``.
         """
-        del thread_ids  # the exact keys below carry the threads
-        if not doomed:
-            return
         gone = {key_of(s) for s in doomed}
-        query = keys_query(gone)
-        yield from self._delete(query, query, None)
+        if gone:
+            survivors = [s for s in skeletons if key_of(s) not in gone]
+            unused = needed_values(doomed) - needed_values(survivors)
+            mark = {"$set": {DOOMED: True}}
+            yield Call(WRITES, "update_many", (keys_query(gone), mark))
+            if unused:
+                yield Call(BLOBS, "update_many", (blob_keys_query(unused), mark))
+            yield Call(CHECKPOINTS, "delete_many", (keys_query(gone),))
+        yield from self._delete_doomed()
 
-        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple]:
-            return {
-                (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
-                for s in checkpoints
-                for v in s.get("values", ())
-            }
+    def _delete_doomed(self) -> Operation:
+        """Delete the marked writes and values that no checkpoint needs, read now."""
+        marked = {DOOMED: True}
+        writes = yield Call(WRITES, "find", (marked,), {"projection": _fields(CHECKPOINT_KEY)})
+        blobs = yield Call(BLOBS, "find", (marked,), {"projection": _fields(BLOB_KEY)})
+        if not (writes or blobs):
+            return
+        current = yield from self._skeletons({d["thread_id"] for d in (*writes, *blobs)})
+        write_keys = {key_of(d) for d in writes} - {key_of(s) for s in current}
+        blob_keys = {key_of(d, BLOB_KEY) for d in blobs} - needed_values(current)
+        if write_keys:
+            yield Call(WRITES, "delete_many", ({**keys_query(write_keys), **marked},))
+        if blob_keys:
+            yield Call(BLOBS, "delete_many", ({**blob_keys_query(blob_keys), **marked},))
 
-        unused = refs(doomed) - refs(s for s in skeletons if key_of(s) not in gone)
-        if unused:
-            yield Call(BLOBS, "delete_many", (blob_keys_query(unused),))
+
+def _fields(names: Iterable[str]) -> dict[str, int]:
+    return {name: 1 for name in names}
+
+
+def _write_values(collection: str, key_fields: tuple[str, ...], writes: ValueWrites) -> Operation:
+    """Write values in one ordered bulk write, so each head lands after its parts.
+
+    Values in several parts then cost one ``find`` of their part ids, and parts left by a
+    cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
+    """
+    yield Call(collection, "bulk_write", (writes.requests,), {"ordered": True})
+    if not writes.multipart:
+        return
+    query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
+    projection = _fields(("part", "vid", *key_fields))
+    docs = yield Call(collection, "find", (query,), {"projection": projection})
+    stray = stray_parts(docs, key_fields)
+    if stray:
+        thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
+        yield Call(collection, "delete_many", ({"thread_id": thread_id, "_id": {"$in": stray}},))
 
 
 def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:

@@ -93,3 +93,24 @@ def join(
             continue
         out[key] = (head, (head["type"], data))
     return out
+
+
+def stray_parts(docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...]) -> list[Any]:
+    """``_id`` of the non-head parts (from ``docs``, all parts of some keys) whose value id
+    is not their head's: parts of a cut or losing attempt, which no read ever joins.
+
+    Only keys with a head are judged: without one, a write may still be on its way.
+    """
+    heads: dict[tuple, Any] = {}
+    tails: list[tuple[tuple, Mapping[str, Any]]] = []
+    for doc in docs:
+        key = tuple(doc[f] for f in key_fields)
+        if _tail(doc) is None:
+            heads[key] = doc.get("vid")
+        else:
+            tails.append((key, doc))
+    return [
+        doc["_id"]
+        for key, doc in tails
+        if key in heads and doc.get("vid") != heads[key]
+    ]
