@@ -74,7 +74,8 @@ class Faults(_Wrapper):
     """Wraps ``collections`` in place; ``arm`` a fault, read ``calls`` afterwards."""
 
     def __init__(self, collections: dict[str, Any]) -> None:
-        self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
+        # (collection, method, bulk size, ordered)
+        self.calls: list[tuple[str, str, int, bool]] = []
         self.fault: Fault | None = None
         self.fired = False
         super().__init__(collections)
@@ -85,7 +86,7 @@ class Faults(_Wrapper):
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         number = len(self.calls)
         size = len(args[0]) if attr == "bulk_write" else 0
-        self.calls.append((name, attr, size))
+        self.calls.append((name, attr, size, kwargs.get("ordered", True)))
         fault = self.fault
         if fault is None or fault.call != number:
             return method(*args, **kwargs)
