@@ -211,12 +211,16 @@ class CheckpointOperations:
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
-        # Values and writes first, checkpoints last, as in ``put``.
-        for collection in (BLOBS, WRITES, CHECKPOINTS):
-            cursor = yield Call(collection, "find", ({"thread_id": source},), stream=True)
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
-                requests = [_copy_request(collection, doc, target) for doc in docs]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+        # The checkpoints as they are now, then their values and writes, then those
+        # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
+        # may have been missed) is not copied.
+        query = {"thread_id": source}
+        ids = yield Call(CHECKPOINTS, "find", (query,), {"projection": {"_id": 1}})
+        for collection in (BLOBS, WRITES):
+            yield from _copy(collection, query, target)
+        for start in range(0, len(ids), COPY_BATCH):
+            batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
+            yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
 
     def backfill_join_keys(self) -> Operation:
         """Add the ``join`` key to value and write documents stored before it existed."""
@@ -339,6 +343,13 @@ def _write_values(collection: str, key_fields: tuple[str, ...], writes: ValueWri
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield Call(collection, "delete_many", ({"thread_id": thread_id, "_id": {"$in": stray}},))
+
+
+def _copy(collection: str, query: dict[str, Any], target: str) -> Operation:
+    cursor = yield Call(collection, "find", (query,), stream=True)
+    while docs := (yield NextBatch(cursor, COPY_BATCH)):
+        requests = [_copy_request(collection, doc, target) for doc in docs]
+        yield Call(collection, "bulk_write", (requests,), {"ordered": False})
 
 
 def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
