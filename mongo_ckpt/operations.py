@@ -42,6 +42,7 @@ from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
+    MissingValueError,
     blob_keys_query,
     blobs_query,
     checkpoint_query,
@@ -58,6 +59,7 @@ from mongo_ckpt.reading import (
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
+READ_ATTEMPTS = 3  # reads of a checkpoint that maintenance deletes while it is being read
 _KEY_FIELDS = {
     CHECKPOINTS: CHECKPOINT_KEY,
     BLOBS: (*BLOB_KEY, "part"),
@@ -90,13 +92,22 @@ class CheckpointOperations:
 
     def get_tuple(self, config: RunnableConfig) -> Operation:
         query = checkpoint_query(*thread_key(config))
-        docs = yield Call(CHECKPOINTS, "aggregate", (tuple_pipeline(query, self.layout.writes),))
-        if not docs:
-            return None
-        doc, write_docs = split_joined(docs)
-        blobs = blobs_query([doc])
-        blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
-        return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+        attempts = 0
+        while True:
+            pipeline = tuple_pipeline(query, self.layout.writes)
+            docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+            if not docs:
+                return None
+            doc, write_docs = split_joined(docs)
+            blobs = blobs_query([doc])
+            blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
+            try:
+                return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+            except MissingValueError:
+                attempts += 1
+                if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
+                    raise
+                # Deleted (by maintenance) while it was read: read again.
 
     def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
         if not channels:
@@ -130,8 +141,20 @@ class CheckpointOperations:
         while docs := (yield NextBatch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
-                yield Emit(loaded.tuple(doc))
+                try:
+                    item = loaded.tuple(doc)
+                except MissingValueError:
+                    if (yield from self._exists(doc)):
+                        raise
+                    continue  # deleted (by maintenance) while it was read
+                yield Emit(item)
             size = min(size * 5, MAX_PAGE)
+
+    def _exists(self, doc: Mapping[str, Any]) -> Operation:
+        """Whether checkpoint ``doc`` is still stored."""
+        key = dict(zip(CHECKPOINT_KEY, key_of(doc)))
+        found = yield Call(CHECKPOINTS, "find", (key,), {"projection": {"_id": 1}, "limit": 1})
+        return bool(found)
 
     def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
         query = blobs_query(docs)
