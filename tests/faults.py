@@ -17,6 +17,7 @@ by returning awaitables, on async ones.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,3 +134,18 @@ class ByteCounter(_Wrapper):
         for doc in cursor:
             self.bytes += len(bson.encode(doc))
             yield doc
+
+
+class Serialized(_Wrapper):
+    """One call at a time across threads, with ``find``/``aggregate`` read in full inside it
+    (sync collections). mongomock is not thread-safe: two threads deleting one document
+    raise ``KeyError``. A server applies each command atomically; this makes mongomock do so."""
+
+    def __init__(self, collections: dict[str, Any], lock: threading.Lock) -> None:
+        self.lock = lock
+        super().__init__(collections)
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        with self.lock:
+            result = method(*args, **kwargs)
+            return list(result) if attr in ("find", "aggregate") else result
