@@ -6,6 +6,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bson import ObjectId
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -70,6 +71,9 @@ PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
 DOOMED = "doomed"
+# Value and write documents no checkpoint names are deleted by maintenance once this old:
+# a put writes its values before its checkpoint, so a younger one may be on its way.
+STRAY_AGE = timedelta(hours=1)
 
 
 class CheckpointOperations:
@@ -227,7 +231,7 @@ class CheckpointOperations:
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
         keep = needed_ancestors(skeletons, survivors)
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
-        yield from self._delete_checkpoints(skeletons, doomed)
+        yield from self._delete_checkpoints(threads, skeletons, doomed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
         source = coerce_id(source_thread_id, "source_thread_id")
@@ -285,7 +289,7 @@ class CheckpointOperations:
         # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
         doomed = [s for s in skeletons if key_of(s) not in keep]
-        yield from self._delete_checkpoints(skeletons, doomed)
+        yield from self._delete_checkpoints(ids, skeletons, doomed)
 
     def sweep_expired(self, ttl: float) -> Operation:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
@@ -301,14 +305,17 @@ class CheckpointOperations:
         return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
 
     def _delete_checkpoints(
-        self, skeletons: Sequence[Mapping[str, Any]], doomed: Sequence[Mapping[str, Any]]
+        self,
+        thread_ids: Sequence[str],
+        skeletons: Sequence[Mapping[str, Any]],
+        doomed: Sequence[Mapping[str, Any]],
     ) -> Operation:
         """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
         Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
         and the value versions that they, and no surviving checkpoint of the snapshot,
         need; delete the checkpoints; delete marked documents no checkpoint needs
-        (``_delete_doomed``, which also finishes any earlier call that was cut).
+        (``_delete_unneeded``, which also finishes any earlier call that was cut).
 
         Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
         values, and a checkpoint written since the snapshot that names a marked version
@@ -328,22 +335,50 @@ class CheckpointOperations:
             if unused:
                 yield Call(BLOBS, "update_many", (blob_keys_query(unused), mark))
             yield Call(CHECKPOINTS, "delete_many", (keys_query(gone),))
-        yield from self._delete_doomed()
+        yield from self._delete_unneeded(thread_ids)
 
-    def _delete_doomed(self) -> Operation:
-        """Delete the marked writes and values that no checkpoint needs, read now."""
-        marked = {DOOMED: True}
-        writes = yield Call(WRITES, "find", (marked,), {"projection": _fields(CHECKPOINT_KEY)})
-        blobs = yield Call(BLOBS, "find", (marked,), {"projection": _fields(BLOB_KEY)})
-        if not (writes or blobs):
+    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation:
+        """Delete the writes and values that no checkpoint needs, read now: the marked ones
+        (of this call, or of an earlier call that was cut, in any thread) and, in
+        ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
+        and never retried). Parts of such documents go too, and so do old parts that
+        their head does not join (``payload.stray_parts``)."""
+        threads = sorted(thread_ids)
+        cutoff = ObjectId.from_datetime(datetime.now(timezone.utc) - STRAY_AGE)
+        # The threads' documents by the key index; their age is judged here, by ``_id``.
+        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": threads}}]}
+        found, stray = {}, set()
+        for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
+            projection = _fields((*fields, "part", "vid", DOOMED))
+            docs = yield Call(collection, "find", (query,), {"projection": projection})
+            found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
+            # Parts no head joins, judged against every head of the threads.
+            own = [d for d in docs if d["thread_id"] in threads]
+            stray.update(stray_parts(own, fields, headless=True))
+        if not any(found.values()):
             return
-        current = yield from self._skeletons({d["thread_id"] for d in (*writes, *blobs)})
-        write_keys = {key_of(d) for d in writes} - {key_of(s) for s in current}
-        blob_keys = {key_of(d, BLOB_KEY) for d in blobs} - needed_values(current)
-        if write_keys:
-            yield Call(WRITES, "delete_many", ({**keys_query(write_keys), **marked},))
-        if blob_keys:
-            yield Call(BLOBS, "delete_many", ({**blob_keys_query(blob_keys), **marked},))
+        current = yield from self._skeletons({d["thread_id"] for ds in found.values() for d in ds})
+        needed = {
+            WRITES: {key_of(s) for s in current},
+            BLOBS: needed_values(current),
+        }
+        for collection, fields in ((WRITES, CHECKPOINT_KEY), (BLOBS, BLOB_KEY)):
+            docs = found[collection]
+            ids = {
+                d["_id"]
+                for d in docs
+                if key_of(d, fields) not in needed[collection]
+                or (d["_id"] in stray and _older(d, cutoff))
+            }
+            if ids:
+                owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
+                query = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                yield Call(collection, "delete_many", (query,))
+
+
+def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
+    """Whether ``doc`` was inserted before ``cutoff`` (by its ObjectId ``_id``)."""
+    return isinstance(doc["_id"], ObjectId) and doc["_id"] < cutoff
 
 
 def _fields(names: Iterable[str]) -> dict[str, int]:

@@ -95,11 +95,14 @@ def join(
     return out
 
 
-def stray_parts(docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...]) -> list[Any]:
-    """``_id`` of the non-head parts (from ``docs``, all parts of some keys) whose value id
-    is not their head's: parts of a cut or losing attempt, which no read ever joins.
+def stray_parts(
+    docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...], *, headless: bool = False
+) -> list[Any]:
+    """``_id`` of the non-head parts (from ``docs``, all parts of some keys) that no read
+    ever joins: those whose value id is not their head's (a cut or losing attempt) and,
+    with ``headless``, those whose key has no head at all.
 
-    Only keys with a head are judged: without one, a write may still be on its way.
+    Without ``headless`` only keys with a head are judged: a write may still be on its way.
     """
     heads: dict[tuple, Any] = {}
     tails: list[tuple[tuple, Mapping[str, Any]]] = []
@@ -112,5 +115,5 @@ def stray_parts(docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...]) 
     return [
         doc["_id"]
         for key, doc in tails
-        if key in heads and doc.get("vid") != heads[key]
+        if (key in heads and doc.get("vid") != heads[key]) or (headless and key not in heads)
     ]
