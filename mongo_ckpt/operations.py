@@ -318,13 +318,13 @@ class CheckpointOperations:
         (``_delete_unneeded``, which also finishes any earlier call that was cut).
 
         Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
-        values, and a checkpoint written since the snapshot that names a marked version
-        (a fork from a doomed checkpoint) keeps it when the deletion re-reads the
-        checkpoints first. One race is left: such a fork whose checkpoint lands between
-        that re-read and the delete right after it. Its read then raises
-        ``MissingValueError``; it is never returned partial. Closing that gap needs the
-        checkpoint insert and the value delete to be atomic together (a multi-document
-        transaction, which mongomock lacks), or a read after every ``put``.
+        values, and a checkpoint written before the re-read of the last step that names a
+        marked version (a fork from a doomed checkpoint) keeps it. One race is left: such
+        a fork whose checkpoint lands after that re-read (its writer read the parent
+        before the delete). Its read then raises ``MissingValueError``; it is never
+        returned partial. Closing it needs the checkpoint insert and the value delete in
+        one transaction (mongomock has none) or a read after every ``put``; see
+        docs/architecture.md, *Maintenance next to live writers*.
         """
         gone = {key_of(s) for s in doomed}
         if gone:
@@ -343,10 +343,10 @@ class CheckpointOperations:
         ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
         and never retried). Parts of such documents go too, and so do old parts that
         their head does not join (``payload.stray_parts``)."""
-        threads = sorted(thread_ids)
+        threads = set(thread_ids)
         cutoff = ObjectId.from_datetime(datetime.now(timezone.utc) - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
-        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": threads}}]}
+        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
         found, stray = {}, set()
         for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
             projection = _fields((*fields, "part", "vid", DOOMED))
