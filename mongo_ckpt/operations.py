@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -12,12 +13,29 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
-from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Document,
+    Emit,
+    Operation,
+    WriteRequest,
+    aggregate,
+    bulk_write,
+    create_indexes,
+    delete_many,
+    distinct,
+    find,
+    find_cursor,
+    next_batch,
+    update_many,
+    update_one,
+)
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
 from mongo_ckpt.documents import (
     ValueWrites,
@@ -89,22 +107,21 @@ class CheckpointOperations:
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
 
-    def setup(self) -> Operation:
+    def setup(self) -> Operation[None]:
         models = index_models(self.layout)
         for logical, name in self.layout.by_logical().items():
-            yield Call(logical, "create_indexes", (models[name],))
+            yield from create_indexes(logical, models[name])
 
-    def get_tuple(self, config: RunnableConfig) -> Operation:
+    def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         query = checkpoint_query(*thread_key(config))
         attempts = 0
         while True:
-            pipeline = tuple_pipeline(query, self.layout.writes)
-            docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+            docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
             if not docs:
                 return None
             doc, write_docs = split_joined(docs)
             blobs = blobs_query([doc])
-            blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
+            blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
             try:
                 return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
             except MissingValueError:
@@ -113,7 +130,9 @@ class CheckpointOperations:
                     raise
                 # Deleted (by maintenance) while it was read: read again.
 
-    def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
+    def delta_channel_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Operation[Mapping[str, DeltaChannelHistory]]:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
@@ -124,7 +143,7 @@ class CheckpointOperations:
             checkpoint_ns,
             list(channels),
         )
-        docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+        docs = yield from aggregate(CHECKPOINTS, pipeline)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -133,16 +152,14 @@ class CheckpointOperations:
         filter: Mapping[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> Operation:
+    ) -> Operation[None]:
         query = list_query(config, filter, before, self.filterable_keys)
         check_limit(limit)
         if limit is not None and limit <= 0:
             return
-        cursor = yield Call(
-            CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": limit or 0}, stream=True
-        )
+        cursor = yield from find_cursor(CHECKPOINTS, query, sort=LATEST, limit=limit or 0)
         size = min(limit or FIRST_PAGE, FIRST_PAGE)
-        while docs := (yield NextBatch(cursor, size)):
+        while docs := (yield from next_batch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
                 try:
@@ -154,16 +171,16 @@ class CheckpointOperations:
                 yield Emit(item)
             size = min(size * 5, MAX_PAGE)
 
-    def _exists(self, doc: Mapping[str, Any]) -> Operation:
+    def _exists(self, doc: Mapping[str, Any]) -> Operation[bool]:
         """Whether checkpoint ``doc`` is still stored."""
         key = dict(zip(CHECKPOINT_KEY, key_of(doc)))
-        found = yield Call(CHECKPOINTS, "find", (key,), {"projection": {"_id": 1}, "limit": 1})
+        found = yield from find(CHECKPOINTS, key, projection={"_id": 1}, limit=1)
         return bool(found)
 
-    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
+    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation[Loaded]:
         query = blobs_query(docs)
-        blob_docs = (yield Call(BLOBS, "find", (query,))) if query else []
-        write_docs = yield Call(WRITES, "find", (writes_query(docs),))
+        blob_docs = (yield from find(BLOBS, query)) if query else []
+        write_docs = yield from find(WRITES, writes_query(docs))
         return Loaded(self.serde, blob_docs, write_docs)
 
     def put(
@@ -172,7 +189,7 @@ class CheckpointOperations:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Operation:
+    ) -> Operation[RunnableConfig]:
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
@@ -186,7 +203,7 @@ class CheckpointOperations:
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs.requests:  # values first: a reader never sees a checkpoint without its values
             yield from _write_values(BLOBS, BLOB_KEY, blobs)
-        yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
+        yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
         return {"configurable": key}
 
     def put_writes(
@@ -195,7 +212,7 @@ class CheckpointOperations:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation:
+    ) -> Operation[None]:
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
         if checkpoint_id is None:
             raise ValueError(
@@ -208,22 +225,27 @@ class CheckpointOperations:
         if requests.requests:
             yield from _write_values(WRITES, WRITE_KEY, requests)
 
-    def delete_thread(self, thread_id: str) -> Operation:
+    def delete_thread(self, thread_id: str) -> Operation[None]:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
         yield from self._delete(query, query, query)
 
-    def _delete(self, checkpoints: dict, writes: dict, blobs: dict | None) -> Operation:
+    def _delete(
+        self,
+        checkpoints: Mapping[str, Any],
+        writes: Mapping[str, Any],
+        blobs: Mapping[str, Any] | None,
+    ) -> Operation[None]:
         # Checkpoints go first so a reader never sees one whose values are gone.
-        yield Call(CHECKPOINTS, "delete_many", (checkpoints,))
-        yield Call(WRITES, "delete_many", (writes,))
+        yield from delete_many(CHECKPOINTS, checkpoints)
+        yield from delete_many(WRITES, writes)
         if blobs is not None:
-            yield Call(BLOBS, "delete_many", (blobs,))
+            yield from delete_many(BLOBS, blobs)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation:
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         ids = coerce_ids(run_ids, "run_ids")
         if not ids:
             return
-        threads = yield Call(CHECKPOINTS, "distinct", ("thread_id", {"run_id": {"$in": ids}}))
+        threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
         # With no checkpoint of the runs left, this still finishes an earlier, cut call.
         skeletons = (yield from self._skeletons(threads)) if threads else []
         runs = set(ids)
@@ -233,7 +255,7 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
         yield from self._delete_checkpoints(threads, skeletons, doomed)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
@@ -242,14 +264,14 @@ class CheckpointOperations:
         # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
         # may have been missed) is not copied.
         query = {"thread_id": source}
-        ids = yield Call(CHECKPOINTS, "find", (query,), {"projection": {"_id": 1}})
+        ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
         for collection in (BLOBS, WRITES):
             yield from _copy(collection, query, target)
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
             yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
 
-    def backfill_join_keys(self) -> Operation:
+    def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
         updated = 0
         for collection, fields, build in (
@@ -258,19 +280,17 @@ class CheckpointOperations:
         ):
             query = {"join": {"$exists": False}}
             projection = {f: 1 for f in fields}
-            cursor = yield Call(
-                collection, "find", (query,), {"projection": projection}, stream=True
-            )
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
-                requests = [
+            cursor = yield from find_cursor(collection, query, projection=projection)
+            while docs := (yield from next_batch(cursor, COPY_BATCH)):
+                requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
                     for d in docs
                 ]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                yield from bulk_write(collection, requests, ordered=False)
                 updated += len(requests)
         return updated
 
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation:
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
         ids = coerce_ids(thread_ids, "thread_ids")
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
@@ -281,7 +301,7 @@ class CheckpointOperations:
             yield from self._delete(threads, threads, threads)
             return
         skeletons = yield from self._skeletons(ids)
-        latest: dict[tuple, Mapping[str, Any]] = {}
+        latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         for s in skeletons:
             ns_key = key_of(s)[:2]
             if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
@@ -291,25 +311,25 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if key_of(s) not in keep]
         yield from self._delete_checkpoints(ids, skeletons, doomed)
 
-    def sweep_expired(self, ttl: float) -> Operation:
+    def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
-        docs = yield Call(CHECKPOINTS, "aggregate", (inactive_threads_pipeline(cutoff),))
+        docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
         if expired:
             threads = {"thread_id": {"$in": expired}}
             yield from self._delete(threads, threads, threads)
         return expired
 
-    def _skeletons(self, thread_ids: Iterable[str]) -> Operation:
+    def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
-        return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
+        return (yield from find(CHECKPOINTS, query, projection=SKELETON))
 
     def _delete_checkpoints(
         self,
         thread_ids: Sequence[str],
         skeletons: Sequence[Mapping[str, Any]],
         doomed: Sequence[Mapping[str, Any]],
-    ) -> Operation:
+    ) -> Operation[None]:
         """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
         Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
@@ -331,13 +351,13 @@ class CheckpointOperations:
             survivors = [s for s in skeletons if key_of(s) not in gone]
             unused = needed_values(doomed) - needed_values(survivors)
             mark = {"$set": {DOOMED: True}}
-            yield Call(WRITES, "update_many", (keys_query(gone), mark))
+            yield from update_many(WRITES, keys_query(gone), mark)
             if unused:
-                yield Call(BLOBS, "update_many", (blob_keys_query(unused), mark))
-            yield Call(CHECKPOINTS, "delete_many", (keys_query(gone),))
+                yield from update_many(BLOBS, blob_keys_query(unused), mark)
+            yield from delete_many(CHECKPOINTS, keys_query(gone))
         yield from self._delete_unneeded(thread_ids)
 
-    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation:
+    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
         """Delete the writes and values that no checkpoint needs, read now: the marked ones
         (of this call, or of an earlier call that was cut, in any thread) and, in
         ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
@@ -347,10 +367,11 @@ class CheckpointOperations:
         cutoff = ObjectId.from_datetime(datetime.now(timezone.utc) - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
         query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
-        found, stray = {}, set()
+        found: dict[str, builtins.list[Document]] = {}
+        stray: set[Any] = set()
         for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
             projection = _fields((*fields, "part", "vid", DOOMED))
-            docs = yield Call(collection, "find", (query,), {"projection": projection})
+            docs = yield from find(collection, query, projection=projection)
             found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
             # Parts no head joins, judged against every head of the threads.
             own = [d for d in docs if d["thread_id"] in threads]
@@ -362,18 +383,19 @@ class CheckpointOperations:
             WRITES: {key_of(s) for s in current},
             BLOBS: needed_values(current),
         }
-        for collection, fields in ((WRITES, CHECKPOINT_KEY), (BLOBS, BLOB_KEY)):
+        for collection, owner_key in ((WRITES, CHECKPOINT_KEY), (BLOBS, BLOB_KEY)):
             docs = found[collection]
             ids = {
                 d["_id"]
                 for d in docs
-                if key_of(d, fields) not in needed[collection]
+                if key_of(d, owner_key) not in needed[collection]
                 or (d["_id"] in stray and _older(d, cutoff))
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                query = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
-                yield Call(collection, "delete_many", (query,))
+                yield from delete_many(
+                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                )
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
@@ -385,32 +407,36 @@ def _fields(names: Iterable[str]) -> dict[str, int]:
     return {name: 1 for name in names}
 
 
-def _write_values(collection: str, key_fields: tuple[str, ...], writes: ValueWrites) -> Operation:
+def _write_values(
+    collection: str, key_fields: tuple[str, ...], writes: ValueWrites
+) -> Operation[None]:
     """Write values in one ordered bulk write, so each head lands after its parts.
 
     Values in several parts then cost one ``find`` of their part ids, and parts left by a
     cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
     """
-    yield Call(collection, "bulk_write", (writes.requests,), {"ordered": True})
+    yield from bulk_write(collection, writes.requests, ordered=True)
     if not writes.multipart:
         return
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
-    docs = yield Call(collection, "find", (query,), {"projection": projection})
+    docs = yield from find(collection, query, projection=projection)
     stray = stray_parts(docs, key_fields)
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
-        yield Call(collection, "delete_many", ({"thread_id": thread_id, "_id": {"$in": stray}},))
+        yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
 
 
-def _copy(collection: str, query: dict[str, Any], target: str) -> Operation:
-    cursor = yield Call(collection, "find", (query,), stream=True)
-    while docs := (yield NextBatch(cursor, COPY_BATCH)):
-        requests = [_copy_request(collection, doc, target) for doc in docs]
-        yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:
+    cursor = yield from find_cursor(collection, query)
+    while docs := (yield from next_batch(cursor, COPY_BATCH)):
+        requests: builtins.list[WriteRequest] = [
+            _copy_request(collection, doc, target) for doc in docs
+        ]
+        yield from bulk_write(collection, requests, ordered=False)
 
 
-def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
+def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
     doc = {k: v for k, v in doc.items() if k != "_id"}
     doc["thread_id"] = target
     if collection == BLOBS:
