@@ -133,16 +133,17 @@ async def scenario(world: World, name: str, other_value: bool) -> Scenario:
     return Scenario(thread, delete, delete, 1, thread)
 
 
-def fault_plan(calls: list[tuple[str, str, int, bool]]) -> list[Fault]:
-    """Every call fails before it is sent and after it is applied; ordered bulk writes are
-    also cut after every k of their requests. An unordered one (copy_thread's) holds
-    independent upserts, so where it is cut only changes how many landed: it is cut after
-    the first, half and all but one of them."""
+def fault_plan(faults: Faults) -> list[Fault]:
+    """Every call ``faults`` recorded fails before it is sent and after it is applied;
+    ordered bulk writes are also cut after every k of their requests. An unordered one
+    (copy_thread's) holds independent upserts, so where it is cut only changes how many
+    landed: it is cut after the first, half and all but one of them."""
     plan = []
-    for number, (_, method, size, ordered) in enumerate(calls):
+    for number, (_, method, size) in enumerate(faults.calls):
         plan += [Fault(number, "before"), Fault(number, "after")]
         if method == "bulk_write":
-            cuts = range(1, size) if ordered else sorted({1, size // 2, size - 1} - {0})
+            every = number not in faults.unordered
+            cuts = range(1, size) if every else sorted({1, size // 2, size - 1} - {0})
             plan += [Fault(number, "cut", k) for k in cuts]
     return plan
 
@@ -157,7 +158,7 @@ async def check_every_fault(saver: Any, name: str) -> int:
         await probe.attempt()  # a clean run, to learn the calls
     finally:
         faults.restore()
-    plan = fault_plan(faults.calls)
+    plan = fault_plan(faults)
     assert plan
     outcomes = (False, True) if name in WRITING else (False,)
     for fault, other_value in itertools.product(plan, outcomes):

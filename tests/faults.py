@@ -75,19 +75,21 @@ class Faults(_Wrapper):
     """Wraps ``collections`` in place; ``arm`` a fault, read ``calls`` afterwards."""
 
     def __init__(self, collections: dict[str, Any]) -> None:
-        # (collection, method, bulk size, ordered)
-        self.calls: list[tuple[str, str, int, bool]] = []
+        self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
+        self.unordered: set[int] = set()  # numbers of the unordered bulk writes
         self.fault: Fault | None = None
         self.fired = False
         super().__init__(collections)
 
     def arm(self, fault: Fault | None) -> None:
-        self.calls, self.fault, self.fired = [], fault, False
+        self.calls, self.unordered, self.fault, self.fired = [], set(), fault, False
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         number = len(self.calls)
         size = len(args[0]) if attr == "bulk_write" else 0
-        self.calls.append((name, attr, size, kwargs.get("ordered", True)))
+        self.calls.append((name, attr, size))
+        if not kwargs.get("ordered", True):
+            self.unordered.add(number)
         fault = self.fault
         if fault is None or fault.call != number:
             return method(*args, **kwargs)

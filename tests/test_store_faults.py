@@ -69,7 +69,7 @@ async def check_every_fault(store: Any, name: str) -> int:
         await api.batch(operation(name, probe, 1))
     finally:
         faults.restore()
-    plan = fault_plan(faults.calls)
+    plan = fault_plan(faults)
     for fault, retry_seed in itertools.product(plan, (1, 2)):
         ns = ("case", str(next(_ids)))
         await api.batch(seeded(ns))
