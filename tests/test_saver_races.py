@@ -37,9 +37,10 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MissingValueError, MongoDBSaver, operations, payload
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from tests.backends import maybe_await
 from tests.faults import Interleave, Serialized
 from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
-from tests.saver_support import Api, assert_no_orphans, maybe_await
+from tests.saver_support import Api, assert_no_orphans
 
 CHUNK = 256  # payload.CHUNK_SIZE here: every value below spans 1 to 4 parts
 SECONDS = 1.5  # how long the writers keep writing

@@ -18,7 +18,7 @@ from pymongo.errors import AutoReconnect
 
 from tests.fault_harness import fault_plan
 from tests.faults import Faults
-from tests.saver_support import Awaitable
+from tests.saver_support import AwaitableMethods
 
 _ids = itertools.count()
 KEYS = [f"k{i}" for i in range(5)]
@@ -45,7 +45,7 @@ def operation(name: str, ns: tuple[str, ...], seed: int) -> list[Op]:
     ]
 
 
-async def contents(api: Awaitable, ns: tuple[str, ...]) -> dict[str, Any]:
+async def contents(api: AwaitableMethods, ns: tuple[str, ...]) -> dict[str, Any]:
     return {item.key: item.value for item in await api.search(ns, limit=100)}
 
 
@@ -60,7 +60,7 @@ def reference(*batches: list[Op]) -> dict[str, Any]:
 
 async def check_every_fault(store: Any, name: str) -> int:
     """Run every fault of ``name`` with both retries; returns the number of cases."""
-    api = Awaitable(store)
+    api = AwaitableMethods(store)
     await api.setup()
     probe = ("probe", str(next(_ids)))
     await api.batch(seeded(probe))
