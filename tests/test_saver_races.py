@@ -39,7 +39,7 @@ from mongo_ckpt import AsyncMongoDBSaver, MissingValueError, MongoDBSaver, opera
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from tests.backends import maybe_await
 from tests.faults import Interleave, Serialized
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
 from tests.saver_support import Api, assert_no_orphans
 
 CHUNK = 256  # payload.CHUNK_SIZE here: every value below spans 1 to 4 parts
@@ -127,13 +127,13 @@ class Race:
                 assert_whole(found.checkpoint["channel_values"])
             self.figures["checkpoints checked"] += 1
 
-    async def writer(self, runner: Runner, thread_id: str, seed: int) -> None:
-        graph = runner.compile(builder(random.Random(seed)))
+    async def writer(self, thread_id: str, seed: int) -> None:
+        graph = self.api.compile(builder(random.Random(seed)))
         turn = 0
         while turn < MIN_RUNS or time.monotonic() < self.deadline:
             run_id = f"{thread_id}-run{turn}"
             config = {**thread(thread_id), "metadata": {"run_id": run_id}}
-            await runner.invoke(graph, {"log": []}, config)
+            await self.api.invoke(graph, {"log": []}, config)
             self.finished[thread_id].append(run_id)
             self.figures["graph runs"] += 1
             turn += 1
@@ -184,10 +184,9 @@ class Race:
         await self.check_thread(self.rng.choice(self.threads))
 
     async def run(self) -> Counter:
-        runner: Runner = AsyncRunner(self.saver) if self.is_async else SyncRunner(self.saver)
         self.deadline = time.monotonic() + SECONDS
         writers = [
-            self.writer(runner, t, self.rng.randrange(2**32)) for t in self.threads
+            self.writer(t, self.rng.randrange(2**32)) for t in self.threads
         ]
         loops = [
             self.loop(step)
@@ -217,16 +216,8 @@ async def check_race(saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         assert figures[name] >= 1, name
 
 
-async def test_writers_and_maintenance_race_sync(
-    saver: MongoDBSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await check_race(saver, monkeypatch)
-
-
-async def test_writers_and_maintenance_race_async(
-    asaver: AsyncMongoDBSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await check_race(asaver, monkeypatch)
+async def test_writers_and_maintenance_race(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    await check_race(api.saver, monkeypatch)
 
 
 # -- deterministic: a checkpoint deleted while it is read --------------------------

@@ -87,20 +87,10 @@ async def check_old_strays_go(target: Any, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.usefixtures("small_chunks")
-async def test_young_strays_stay_sync(saver: Any) -> None:
-    await check_young_strays_stay(saver)
+async def test_young_strays_stay(api: Api) -> None:
+    await check_young_strays_stay(api.saver)
 
 
 @pytest.mark.usefixtures("small_chunks")
-async def test_young_strays_stay_async(asaver: Any) -> None:
-    await check_young_strays_stay(asaver)
-
-
-@pytest.mark.usefixtures("small_chunks")
-async def test_old_strays_go_sync(saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    await check_old_strays_go(saver, monkeypatch)
-
-
-@pytest.mark.usefixtures("small_chunks")
-async def test_old_strays_go_async(asaver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    await check_old_strays_go(asaver, monkeypatch)
+async def test_old_strays_go(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    await check_old_strays_go(api.saver, monkeypatch)

@@ -8,7 +8,6 @@ else; a retry, with the same values or with others, ends in exactly the state
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from pymongo.errors import AutoReconnect
 from tests.fault_harness import fault_plan
 from tests.faults import Faults
 from tests.saver_support import AwaitableMethods
+from tests.store_support import StoreApi
 
 _ids = itertools.count()
 KEYS = [f"k{i}" for i in range(5)]
@@ -96,12 +96,6 @@ STORE_OPERATIONS = ["batch", "put", "delete"]
 
 
 @pytest.mark.parametrize("name", STORE_OPERATIONS)
-async def test_store_faults_sync(make_store: Callable[..., Any], name: str) -> None:
-    cases = await check_every_fault(make_store(), name)
-    print(f"store sync {name}: {cases} cases")
-
-
-@pytest.mark.parametrize("name", STORE_OPERATIONS)
-async def test_store_faults_async(make_astore: Callable[..., Any], name: str) -> None:
-    cases = await check_every_fault(make_astore(), name)
-    print(f"store async {name}: {cases} cases")
+async def test_store_faults(store_api: StoreApi, name: str) -> None:
+    cases = await check_every_fault(store_api.store, name)
+    print(f"{type(store_api.store).__name__} {name}: {cases} cases")
