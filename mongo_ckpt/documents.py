@@ -168,8 +168,12 @@ def write_requests(
     task_id: str,
     task_path: str,
     serde: SerializerProtocol,
+    idxs: Sequence[int] | None = None,
 ) -> ValueWrites:
     """Upserts for pending writes: special channels overwrite, regular ones never do.
+
+    Each write's ``idx`` is its position (special channels: their ``WRITES_IDX_MAP``
+    slot) unless ``idxs`` gives them (a migration keeps the stored ones).
 
     Parts are keyed by the value's digest and written before the head. A regular
     write inserts its head only if none exists (first whole value wins); a special
@@ -178,9 +182,10 @@ def write_requests(
     """
     out = ValueWrites()
     join = write_join(key["thread_id"], key["checkpoint_ns"], key["checkpoint_id"])
-    for idx, (channel, value) in enumerate(writes):
+    for position, (channel, value) in enumerate(writes):
         special = channel in WRITES_IDX_MAP
-        write_key = {**key, "task_id": task_id, "idx": WRITES_IDX_MAP.get(channel, idx)}
+        idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
+        write_key = {**key, "task_id": task_id, "idx": idx}
         parts = list(split(*serde.dumps_typed(value)))
         for fields in parts:
             part = fields.pop("part")
