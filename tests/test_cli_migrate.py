@@ -115,7 +115,8 @@ def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None
         assert command == f"mongo-ckpt upgrade --db {db_name} --checkpoints ck --blobs bl"
         result = invoke(client, *shlex.split(command)[1:], "--json")
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output) == {"db": db_name, "before": None, "after": 2}
+        after = SAVER_SCHEMA_VERSION
+        assert json.loads(result.output) == {"db": db_name, "before": None, "after": after}
         assert read_version(client[db_name], saver_key("ck")) == SAVER_SCHEMA_VERSION
         assert saver.collections[BLOBS].count_documents({"join": {"$exists": False}}) == 0
         later = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name, **names))
