@@ -81,7 +81,7 @@ def arguments(operation: Operation[Any]) -> Mapping[str, Any]:
 
 def operation_name(operation: Operation[Any]) -> str:
     """The name of the function that made ``operation``."""
-    return cast(GeneratorType, operation).__name__
+    return cast("GeneratorType[Any, Any, Any]", operation).__name__
 
 
 class OperationTracer:
@@ -120,9 +120,9 @@ class OperationTracer:
             attributes["mongo_ckpt.thread_id"] = shown
         if checkpoint_ns is not None:
             attributes["mongo_ckpt.checkpoint_ns"] = str(checkpoint_ns)
-        shown_namespaces = sorted({self.identifier(".".join(ns)) for ns in namespaces} - {None})
-        if shown_namespaces:
-            attributes["mongo_ckpt.store.namespaces"] = shown_namespaces
+        labels = {self.identifier(".".join(namespace)) for namespace in namespaces} - {None}
+        if labels:
+            attributes["mongo_ckpt.store.namespaces"] = sorted(str(label) for label in labels)
         return self._spanned(name, attributes, operation)
 
     def _spanned(
