@@ -30,7 +30,7 @@ from mongo_ckpt.connection import (
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
-from mongo_ckpt.telemetry import Tracing, arguments, operation_name
+from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
 
 T = TypeVar("T")
 
@@ -111,7 +111,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             for logical, name in self.layout.by_logical().items()
         }
         self._is_setup = False
-        self._tracer = (tracing or Tracing()).tracer(db_name)
+        self._tracer = operation_tracer(tracing, db_name)
 
     @property
     def checkpoint_collection(self) -> Any:

@@ -74,6 +74,18 @@ class Tracing:
         return OperationTracer(provider.get_tracer("mongo_ckpt"), self, db_name)
 
 
+def operation_tracer(tracing: Tracing | None, db_name: str) -> OperationTracer | None:
+    """The tracer of a saver or store created with ``tracing=`` on ``db_name``, if it traces."""
+    if tracing is None:
+        tracing = Tracing()
+    elif not isinstance(tracing, Tracing):
+        raise TypeError(
+            "tracing must be a mongo_ckpt.telemetry.Tracing, e.g. Tracing(tracer_provider); "
+            f"got {type(tracing).__name__}"
+        )
+    return tracing.tracer(db_name)
+
+
 def arguments(operation: Operation[Any]) -> Mapping[str, Any]:
     """The arguments ``operation`` was called with (a generator's locals before it starts)."""
     return inspect.getgeneratorlocals(operation)

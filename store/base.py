@@ -24,7 +24,7 @@ from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, Plan, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
-from mongo_ckpt.telemetry import Tracing, arguments, operation_name
+from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
 
 T = TypeVar("T")
 # Span names for the operations not named like the public method that runs them.
@@ -106,7 +106,7 @@ class MongoStoreBase(BaseStore):
             self.ops.vector_search = False
         self.collections: dict[str, Any] = {STORE: self.db[collection_name]}
         self._is_setup = False
-        self._tracer = (tracing or Tracing()).tracer(self.db.name)
+        self._tracer = operation_tracer(tracing, self.db.name)
 
     @classmethod
     def from_saver(cls, saver: Any, **kwargs: Any) -> Self:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sys
+import traceback
 from collections.abc import Iterator
 from operator import add
 from typing import Annotated, Any, TypedDict
@@ -193,8 +194,11 @@ async def check_failed_call_span(run: Runner, tracing: Tracing, exporter: Any) -
     faults = Faults(run.saver.collections)
     faults.arm(Fault(call=0, mode="before"))
     exporter.clear()
-    with pytest.raises(AutoReconnect, match="injected"):
+    with pytest.raises(AutoReconnect, match="injected") as failure:
         await run.invoke(graph, {"count": 1}, thread("t1"))
+    # Thrown back through the span into the operation: the traceback still names its line.
+    frames = traceback.extract_tb(failure.value.__traceback__)
+    assert any(frame.filename.endswith("operations.py") for frame in frames)
     span = exporter.get_finished_spans()[0]
     assert span.name == "mongo_ckpt.get_tuple"
     assert span.status.status_code is StatusCode.ERROR
@@ -320,6 +324,15 @@ def test_bad_identifiers_setting(monkeypatch: pytest.MonkeyPatch, client: Any) -
     monkeypatch.setenv(telemetry.IDENTIFIERS_ENV, "secret")
     with pytest.raises(ValueError, match="MONGO_CKPT_OTEL_IDENTIFIERS must be one of"):
         MongoDBSaver(client)
+
+
+def test_a_provider_in_place_of_tracing_is_refused(
+    client: Any, tracing: Tracing, make_store: Any
+) -> None:
+    with pytest.raises(TypeError, match=r"Tracing\(tracer_provider\); got TracerProvider"):
+        MongoDBSaver(client, tracing=tracing.tracer_provider)
+    with pytest.raises(TypeError, match="tracing must be a mongo_ckpt.telemetry.Tracing"):
+        make_store(tracing=tracing.tracer_provider)
 
 
 # -- no cost without a provider or without OpenTelemetry ----------------------
