@@ -71,7 +71,10 @@ class Tracing:
         provider = self.tracer_provider or trace.get_tracer_provider()
         if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
             return None  # no provider configured: every span would be dropped
-        return OperationTracer(provider.get_tracer("mongo_ckpt"), self, db_name)
+        tracer = provider.get_tracer("mongo_ckpt")
+        if isinstance(tracer, trace.NoOpTracer):  # e.g. the SDK with OTEL_SDK_DISABLED=true
+            return None
+        return OperationTracer(tracer, self, db_name)
 
 
 def operation_tracer(tracing: Tracing | None, db_name: str) -> OperationTracer | None:

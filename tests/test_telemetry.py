@@ -376,6 +376,15 @@ async def test_without_opentelemetry_no_wrapping(
     await check_untraced_graph_run(SyncRunner(saver))
 
 
+async def test_a_disabled_sdk_no_wrapping(
+    saver: MongoDBSaver, no_wrapping: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    run, store = traced(SyncRunner(saver), Tracing(TracerProvider()))
+    assert run.saver._tracer is None and store._tracer is None
+    await SyncRunner(run.saver).invoke(run.compile(_counter_graph()), {"count": 1}, thread("t"))
+
+
 def test_the_global_provider_is_used_when_set(
     saver: MongoDBSaver,
     tracing: Tracing,
