@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from langgraph.store.base import GetOp, PutOp
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -182,6 +183,55 @@ def test_bytes_read_are_the_documents_returned(
         store_bytes.bytes
     )
     assert saver_bytes.bytes > len(NOTE) and store_bytes.bytes > len(NOTE)
+
+
+def test_every_store_method_names_its_span(
+    make_store: Any, tracing: Tracing, exporter: InMemorySpanExporter
+) -> None:
+    store = make_store(tracing=tracing)
+    store.setup()
+    store.put(("users", "ada"), "a", {"x": 1})
+    store.get(("users", "ada"), "a")
+    store.search(("users",))
+    store.list_namespaces(prefix=("users",))
+    store.delete(("users", "ada"), "a")
+    store.batch([GetOp(("users", "ada"), "a"), PutOp(("docs",), "d", {"y": 2})])
+    spans = exporter.get_finished_spans()
+    assert [span.name.removeprefix("mongo_ckpt.store.") for span in spans] == [
+        "setup", "put", "get", "search", "list_namespaces", "delete", "batch",
+    ]
+    assert [span.attributes.get("mongo_ckpt.store.namespaces") for span in spans] == [
+        None,
+        ("users.ada",),
+        ("users.ada",),
+        ("users",),
+        None,
+        ("users.ada",),
+        ("docs", "users.ada"),
+    ]
+
+
+def test_every_saver_method_names_its_span(
+    saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
+) -> None:
+    run = SyncRunner(saver).reopened(tracing=tracing)
+    run.saver.setup()
+    assert only(exporter, "mongo_ckpt.setup").attributes["mongo_ckpt.round_trips"] == 3
+    run.compile(_counter_graph()).invoke({"count": 1}, thread("t1"))
+    exporter.clear()
+    run.saver.copy_thread("t1", "t2")
+    run.saver.get_delta_channel_history(config=thread("t2"), channels=["count"])
+    run.saver.prune(["t2"], strategy="keep_latest")
+    run.saver.delete_for_runs(["no-such-run"])
+    run.saver.delete_thread("t2")
+    spans = exporter.get_finished_spans()
+    assert [(s.name, s.attributes.get("mongo_ckpt.thread_id")) for s in spans] == [
+        ("mongo_ckpt.copy_thread", "t1"),
+        ("mongo_ckpt.get_delta_channel_history", "t2"),
+        ("mongo_ckpt.prune", None),
+        ("mongo_ckpt.delete_for_runs", None),
+        ("mongo_ckpt.delete_thread", "t2"),
+    ]
 
 
 # -- errors -------------------------------------------------------------------
