@@ -28,7 +28,7 @@ from mongo_ckpt.telemetry import Tracing
 from tests.backends import count_calls, total
 from tests.faults import ByteCounter, Fault, Faults
 from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
-from tests.saver_support import Api, Awaitable
+from tests.saver_support import Api
 from tests.store_support import DIMS, FakeEmbeddings
 
 NOTE = "n" * 10_000  # a value big enough to see in the byte counts
@@ -139,8 +139,11 @@ async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) ->
     ) > len(NOTE)
 
     # Once set up, one span's round trips are exactly the calls its operation made.
-    api = Awaitable(run.saver)
-    for name, call in (("get_tuple", api.get_tuple(thread("t1"))), ("list", _listed(api))):
+    api = Api(run.saver)
+    for name, call in (
+        ("get_tuple", api.get_tuple(thread("t1"))),
+        ("list", api.list(thread("t1"))),
+    ):
         exporter.clear()
         saver_calls.clear()
         await call
@@ -148,10 +151,6 @@ async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) ->
         assert span.attributes["mongo_ckpt.round_trips"] == total(saver_calls) > 0
     assert span.attributes["mongo_ckpt.cursor_batches"] >= 1
     assert span.attributes["mongo_ckpt.bytes_read"] > len(NOTE)
-
-
-async def _listed(api: Awaitable) -> list[Any]:
-    return await Api(api.target).list(thread("t1"))
 
 
 async def test_graph_run_spans_sync(
@@ -198,7 +197,13 @@ def test_every_store_method_names_its_span(
     store.batch([GetOp(("users", "ada"), "a"), PutOp(("docs",), "d", {"y": 2})])
     spans = exporter.get_finished_spans()
     assert [span.name.removeprefix("mongo_ckpt.store.") for span in spans] == [
-        "setup", "put", "get", "search", "list_namespaces", "delete", "batch",
+        "setup",
+        "put",
+        "get",
+        "search",
+        "list_namespaces",
+        "delete",
+        "batch",
     ]
     assert [span.attributes.get("mongo_ckpt.store.namespaces") for span in spans] == [
         None,
