@@ -112,8 +112,9 @@ class OperationTracer:
         if self._tracing.identifiers == "omit":
             return None
         if self._tracing.identifiers == "hash":
-            key = cast(bytes, self._tracing.hash_key)
-            return hmac.new(key, str(value).encode(), hashlib.sha256).hexdigest()[:HASH_DIGITS]
+            key, data = cast(bytes, self._tracing.hash_key), str(value).encode()
+            digest = hmac.new(key, data, hashlib.sha256) if key else hashlib.sha256(data)
+            return digest.hexdigest()[:HASH_DIGITS]
         return str(value)
 
     def traced(

@@ -363,6 +363,19 @@ def test_hashed_identifiers(
     assert not any("t1" in str(s.attributes) or "ada" in str(s.attributes) for s in spans)
 
 
+def test_hashed_identifiers_without_a_key_are_sha256(
+    saver: MongoDBSaver, exporter: InMemorySpanExporter, tracing: Tracing
+) -> None:
+    traced_saver = MongoDBSaver(
+        saver.client, saver.db.name, tracing=Tracing(tracing.tracer_provider, identifiers="hash")
+    )
+    traced_saver.delete_thread("t1")
+    expected = hashlib.sha256(b"t1").hexdigest()[:16]
+    assert only(exporter, "mongo_ckpt.delete_thread").attributes["mongo_ckpt.thread_id"] == (
+        expected
+    )
+
+
 def test_omitted_identifiers(
     saver: MongoDBSaver, exporter: InMemorySpanExporter, tracing: Tracing
 ) -> None:
