@@ -22,12 +22,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver, telemetry
+from mongo_ckpt import MongoDBSaver, telemetry
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from mongo_ckpt.telemetry import Tracing
 from tests.backends import count_calls, total
 from tests.faults import ByteCounter, Fault, Faults
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
 from tests.saver_support import Api
 from tests.store_support import DIMS, FakeEmbeddings
 
@@ -68,11 +68,11 @@ def tracing(exporter: InMemorySpanExporter) -> Tracing:
     return Tracing(provider)
 
 
-def traced(run: Runner, tracing: Tracing) -> tuple[Runner, Any]:
-    """A runner whose saver, and a store on the same database, trace to ``tracing``."""
-    run = run.reopened(tracing=tracing)
-    store_class = MongoDBStore if isinstance(run.saver, MongoDBSaver) else AsyncMongoDBStore
-    return run, store_class.from_saver(run.saver, tracing=tracing)
+def traced(api: Api, tracing: Tracing) -> tuple[Api, Any]:
+    """``api`` on a saver, and a store on the same database, tracing to ``tracing``."""
+    api = api.reopened(tracing=tracing)
+    store_class = AsyncMongoDBStore if api.is_async else MongoDBStore
+    return api, store_class.from_saver(api.saver, tracing=tracing)
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
@@ -91,13 +91,13 @@ def only(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
 # -- a graph run: names, attributes, round trips ------------------------------
 
 
-async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) -> None:
-    run, store = traced(run, tracing)
-    saver_calls = count_calls(run.saver.collections)
+async def test_graph_run_spans(api: Api, tracing: Tracing, exporter: InMemorySpanExporter) -> None:
+    api, store = traced(api, tracing)
+    saver_calls = count_calls(api.saver.collections)
     store_calls = count_calls(store.collections)
-    graph = run.compile(note_graph(), store=store)
+    graph = api.compile(note_graph(), store=store)
     for text in ("first", NOTE):
-        result = await run.invoke(graph, {"user": "ada", "text": text}, thread("t1"))
+        result = await api.invoke(graph, {"user": "ada", "text": text}, thread("t1"))
     assert result["notes"] == 2
 
     spans = exporter.get_finished_spans()
@@ -110,7 +110,7 @@ async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) ->
     }
     for span in spans:
         assert span.attributes["db.system.name"] == "mongodb"
-        assert span.attributes["db.namespace"] == run.saver.db.name
+        assert span.attributes["db.namespace"] == api.saver.db.name
         assert span.name.endswith("." + span.attributes["db.operation.name"])
         assert span.status.status_code is StatusCode.UNSET
         if span.name.startswith("mongo_ckpt.store."):
@@ -139,7 +139,6 @@ async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) ->
     ) > len(NOTE)
 
     # Once set up, one span's round trips are exactly the calls its operation made.
-    api = Api(run.saver)
     for name, call in (
         ("get_tuple", api.get_tuple(thread("t1"))),
         ("list", api.list(thread("t1"))),
@@ -153,25 +152,13 @@ async def check_graph_run_spans(run: Runner, tracing: Tracing, exporter: Any) ->
     assert span.attributes["mongo_ckpt.bytes_read"] > len(NOTE)
 
 
-async def test_graph_run_spans_sync(
-    saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
-) -> None:
-    await check_graph_run_spans(SyncRunner(saver), tracing, exporter)
-
-
-async def test_graph_run_spans_async(
-    asaver: AsyncMongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
-) -> None:
-    await check_graph_run_spans(AsyncRunner(asaver), tracing, exporter)
-
-
 def test_bytes_read_are_the_documents_returned(
     saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    run, store = traced(SyncRunner(saver), tracing)
-    graph = run.compile(note_graph(), store=store)
+    api, store = traced(Api(saver), tracing)
+    graph = api.compile(note_graph(), store=store)
     graph.invoke({"user": "ada", "text": NOTE}, thread("t1"))
-    saver_bytes, store_bytes = ByteCounter(run.saver.collections), ByteCounter(store.collections)
+    saver_bytes, store_bytes = ByteCounter(api.saver.collections), ByteCounter(store.collections)
     exporter.clear()
     graph.get_state(thread("t1"))
     store.get(("users", "ada"), str(len(NOTE)))
@@ -219,16 +206,18 @@ def test_every_store_method_names_its_span(
 def test_every_saver_method_names_its_span(
     saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    run = SyncRunner(saver).reopened(tracing=tracing)
-    run.saver.setup()
-    assert only(exporter, "mongo_ckpt.setup").attributes["mongo_ckpt.round_trips"] == 3
-    run.compile(_counter_graph()).invoke({"count": 1}, thread("t1"))
+    api = Api(saver).reopened(tracing=tracing)
+    calls = count_calls(api.saver.collections)
+    api.saver.setup()
+    setup = only(exporter, "mongo_ckpt.setup")
+    assert setup.attributes["mongo_ckpt.round_trips"] == total(calls) > 0
+    api.compile(_counter_graph()).invoke({"count": 1}, thread("t1"))
     exporter.clear()
-    run.saver.copy_thread("t1", "t2")
-    run.saver.get_delta_channel_history(config=thread("t2"), channels=["count"])
-    run.saver.prune(["t2"], strategy="keep_latest")
-    run.saver.delete_for_runs(["no-such-run"])
-    run.saver.delete_thread("t2")
+    api.saver.copy_thread("t1", "t2")
+    api.saver.get_delta_channel_history(config=thread("t2"), channels=["count"])
+    api.saver.prune(["t2"], strategy="keep_latest")
+    api.saver.delete_for_runs(["no-such-run"])
+    api.saver.delete_thread("t2")
     spans = exporter.get_finished_spans()
     assert [(s.name, s.attributes.get("mongo_ckpt.thread_id")) for s in spans] == [
         ("mongo_ckpt.copy_thread", "t1"),
@@ -242,15 +231,15 @@ def test_every_saver_method_names_its_span(
 # -- errors -------------------------------------------------------------------
 
 
-async def check_failed_call_span(run: Runner, tracing: Tracing, exporter: Any) -> None:
-    run = run.reopened(tracing=tracing)
-    graph = run.compile(_counter_graph())
-    await run.invoke(graph, {"count": 1}, thread("t1"))
-    faults = Faults(run.saver.collections)
+async def test_failed_call_span(api: Api, tracing: Tracing, exporter: InMemorySpanExporter) -> None:
+    api = api.reopened(tracing=tracing)
+    graph = api.compile(_counter_graph())
+    await api.invoke(graph, {"count": 1}, thread("t1"))
+    faults = Faults(api.saver.collections)
     faults.arm(Fault(call=0, mode="before"))
     exporter.clear()
     with pytest.raises(AutoReconnect, match="injected") as failure:
-        await run.invoke(graph, {"count": 1}, thread("t1"))
+        await api.invoke(graph, {"count": 1}, thread("t1"))
     # Thrown back through the span into the operation: the traceback still names its line.
     frames = traceback.extract_tb(failure.value.__traceback__)
     assert any(frame.filename.endswith("operations.py") for frame in frames)
@@ -265,7 +254,7 @@ async def check_failed_call_span(run: Runner, tracing: Tracing, exporter: Any) -
     assert event.attributes["exception.type"].endswith("AutoReconnect")
 
     faults.arm(None)  # the thread goes on where it was
-    assert (await run.invoke(graph, {"count": 1}, thread("t1")))["count"] == 2
+    assert (await api.invoke(graph, {"count": 1}, thread("t1")))["count"] == 2
 
 
 class Count(TypedDict):
@@ -278,18 +267,6 @@ def _counter_graph() -> StateGraph:
     builder.add_edge(START, "keep")
     builder.add_edge("keep", END)
     return builder
-
-
-async def test_failed_call_span_sync(
-    saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
-) -> None:
-    await check_failed_call_span(SyncRunner(saver), tracing, exporter)
-
-
-async def test_failed_call_span_async(
-    asaver: AsyncMongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
-) -> None:
-    await check_failed_call_span(AsyncRunner(asaver), tracing, exporter)
 
 
 async def test_an_error_the_operation_handles_leaves_the_span_ok(
@@ -319,12 +296,12 @@ def test_bad_input_span(saver: MongoDBSaver, tracing: Tracing, exporter: Any) ->
 def test_an_abandoned_listing_ends_its_span(
     saver: MongoDBSaver, tracing: Tracing, exporter: InMemorySpanExporter
 ) -> None:
-    run = SyncRunner(saver).reopened(tracing=tracing)
-    graph = run.compile(_counter_graph())
+    api = Api(saver).reopened(tracing=tracing)
+    graph = api.compile(_counter_graph())
     for _ in range(3):
         graph.invoke({"count": 1}, thread("t1"))
     exporter.clear()
-    listing = run.saver.list(thread("t1"))
+    listing = api.saver.list(thread("t1"))
     assert next(listing).checkpoint["channel_values"]["count"] == 3
     assert not exporter.get_finished_spans()
     listing.close()
@@ -350,8 +327,8 @@ def test_hashed_identifiers(
         monkeypatch.setenv(telemetry.IDENTIFIERS_ENV, "hash")
         monkeypatch.setenv(telemetry.HASH_KEY_ENV, "k")
         hashing = Tracing(tracing.tracer_provider)
-    run, store = traced(SyncRunner(saver), hashing)
-    run.compile(note_graph(), store=store).invoke({"user": "ada", "text": "x"}, thread("t1"))
+    api, store = traced(Api(saver), hashing)
+    api.compile(note_graph(), store=store).invoke({"user": "ada", "text": "x"}, thread("t1"))
     spans = exporter.get_finished_spans()
     expected = hmac.new(b"k", b"t1", hashlib.sha256).hexdigest()[:16]
     assert {s.attributes.get("mongo_ckpt.thread_id") for s in spans} == {expected, None}
@@ -379,8 +356,8 @@ def test_hashed_identifiers_without_a_key_are_sha256(
 def test_omitted_identifiers(
     saver: MongoDBSaver, exporter: InMemorySpanExporter, tracing: Tracing
 ) -> None:
-    run, store = traced(SyncRunner(saver), Tracing(tracing.tracer_provider, identifiers="omit"))
-    run.compile(note_graph(), store=store).invoke({"user": "ada", "text": "x"}, thread("t1"))
+    api, store = traced(Api(saver), Tracing(tracing.tracer_provider, identifiers="omit"))
+    api.compile(note_graph(), store=store).invoke({"user": "ada", "text": "x"}, thread("t1"))
     spans = exporter.get_finished_spans()
     assert spans
     assert not any("t1" in str(s.attributes) or "ada" in str(s.attributes) for s in spans)
@@ -417,22 +394,17 @@ def no_wrapping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-async def check_untraced_graph_run(run: Runner) -> None:
-    run, store = traced(run, Tracing())
-    assert run.saver._tracer is None and store._tracer is None
-    graph = run.compile(note_graph(), store=store)
-    result = await run.invoke(graph, {"user": "ada", "text": "x"}, thread("t1"))
+async def check_untraced_graph_run(api: Api) -> None:
+    api, store = traced(api, Tracing())
+    assert api.saver._tracer is None and store._tracer is None
+    graph = api.compile(note_graph(), store=store)
+    result = await api.invoke(graph, {"user": "ada", "text": "x"}, thread("t1"))
     assert result["notes"] == 1
 
 
-async def test_no_provider_no_wrapping_sync(saver: MongoDBSaver, no_wrapping: None) -> None:
+async def test_no_provider_no_wrapping(api: Api, no_wrapping: None) -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    await check_untraced_graph_run(SyncRunner(saver))
-
-
-async def test_no_provider_no_wrapping_async(asaver: AsyncMongoDBSaver, no_wrapping: None) -> None:
-    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    await check_untraced_graph_run(AsyncRunner(asaver))
+    await check_untraced_graph_run(api)
 
 
 async def test_without_opentelemetry_no_wrapping(
@@ -441,16 +413,16 @@ async def test_without_opentelemetry_no_wrapping(
     for name in [m for m in sys.modules if m.split(".")[0] == "opentelemetry"]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails as if not installed
-    await check_untraced_graph_run(SyncRunner(saver))
+    await check_untraced_graph_run(Api(saver))
 
 
 async def test_a_disabled_sdk_no_wrapping(
     saver: MongoDBSaver, no_wrapping: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    run, store = traced(SyncRunner(saver), Tracing(TracerProvider()))
-    assert run.saver._tracer is None and store._tracer is None
-    await SyncRunner(run.saver).invoke(run.compile(_counter_graph()), {"count": 1}, thread("t"))
+    api, store = traced(Api(saver), Tracing(TracerProvider()))
+    assert api.saver._tracer is None and store._tracer is None
+    await api.invoke(api.compile(_counter_graph()), {"count": 1}, thread("t"))
 
 
 def test_the_global_provider_is_used_when_set(
@@ -460,8 +432,8 @@ def test_the_global_provider_is_used_when_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracing.tracer_provider)
-    run = SyncRunner(MongoDBSaver(saver.client, saver.db.name))
-    run.compile(_counter_graph()).invoke({"count": 1}, thread("t1"))
+    api = Api(MongoDBSaver(saver.client, saver.db.name))
+    api.compile(_counter_graph()).invoke({"count": 1}, thread("t1"))
     assert {span.name for span in exporter.get_finished_spans()} >= {
         "mongo_ckpt.get_tuple",
         "mongo_ckpt.put",
