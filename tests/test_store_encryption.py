@@ -21,7 +21,7 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.calls import Call
+from mongo_ckpt.calls import Call, Operation, find
 from mongo_ckpt.drivers import arun, run
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
@@ -45,10 +45,10 @@ async def _await(result: Any) -> Any:
     return await result if hasattr(result, "__await__") else result
 
 
-def _find_all(names: Iterable[str]) -> Any:
+def _find_all(names: Iterable[str]) -> Operation[list[dict[str, Any]]]:
     docs: list[dict[str, Any]] = []
     for name in names:
-        docs += yield Call(name, "find", ({},))
+        docs += yield from find(name, {})
     return docs
 
 
