@@ -33,12 +33,38 @@ def _mypy(site: Path, config: Path, tmp_path: Path, *targets: str) -> str:
     return done.stdout
 
 
+# Each typed call constructor gives mypy its PyMongo result type.
+CALLS_SCRIPT = """
+from mongo_ckpt.calls import Operation, aggregate, bulk_write, delete_many, find
+
+def operation() -> Operation[int]:
+    docs = yield from find("c", {}, projection={"a": 1})
+    reveal_type(docs)
+    rows = yield from aggregate("c", [{"$match": {}}])
+    reveal_type(rows)
+    written = yield from bulk_write("c", [], ordered=True)
+    reveal_type(written)
+    deleted = yield from delete_many("c", {})
+    return len(docs) + len(rows) + deleted.deleted_count
+"""
+REVEALED = [
+    'Revealed type is "list[dict[str, Any]]"',
+    'Revealed type is "list[dict[str, Any]]"',
+    'Revealed type is "pymongo.results.BulkWriteResult"',
+]
+
+
 def test_package_passes_mypy_with_its_config(tmp_path: Path) -> None:
-    """``[tool.mypy]`` of pyproject.toml (strict) on ``mongo_ckpt`` and ``mongo_ckpt.store``."""
+    """``[tool.mypy]`` of pyproject.toml (strict) on ``mongo_ckpt`` and ``mongo_ckpt.store``,
+    and on an operation written with the typed call constructors."""
     site = _installed_layout(tmp_path)
-    out = _mypy(site, ROOT / "pyproject.toml", tmp_path, "-p", "mongo_ckpt")
-    checked = len(list(site.rglob("*.py")))
+    checked = len(list(site.rglob("*.py"))) + 1
+    (site / "calls_script.py").write_text(CALLS_SCRIPT)
+    out = _mypy(site, ROOT / "pyproject.toml", tmp_path, "-p", "mongo_ckpt", "-m", "calls_script")
     assert f"Success: no issues found in {checked} source files" in out
+    assert [line.split(": note: ")[1] for line in out.splitlines() if "Revealed" in line] == (
+        REVEALED
+    )
 
 
 def test_user_script_passes_mypy_strict(tmp_path: Path) -> None:
