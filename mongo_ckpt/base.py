@@ -30,6 +30,7 @@ from mongo_ckpt.connection import (
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
+from mongo_ckpt.snapshot_distance import SnapshotDistances
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
@@ -103,6 +104,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             for logical, name in self.layout.by_logical().items()
         }
         self._is_setup = False
+        self._snapshot_distances = SnapshotDistances()
 
     @property
     def checkpoint_collection(self) -> Any:
@@ -117,7 +119,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     @property
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
-        return CheckpointOperations(self.layout, self.serde, self.filterable_metadata_keys)
+        return CheckpointOperations(
+            self.layout, self.serde, self.filterable_metadata_keys, self._snapshot_distances
+        )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
         """Monotonic version strings with a random tail, so forked branches never collide.

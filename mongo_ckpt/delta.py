@@ -3,15 +3,20 @@
 ``history_pipeline`` walks a checkpoint's ancestors with ``$graphLookup`` and
 returns, as separate small documents, only the writes between the target and
 each requested channel's seed (the nearest ancestor that stores the channel's
-value) plus the seed values. ``assemble`` turns those documents into the
+value) plus the seed values. It is composed of the stage builders below, each
+noting the documents it emits. ``assemble`` turns the output into the
 ``DeltaChannelHistory`` mapping LangGraph expects. ``needed_ancestors`` is the
 same walk in Python over checkpoint skeletons, used by prune and
 delete_for_runs so they never cut a chain a surviving checkpoint needs.
+
+Only operators every backend implements are used: no ``$reduce``,
+``$indexOfArray``, ``$sortArray``, ``$lookup`` sub-pipelines or array-crossing
+paths. One-element arrays are built with ``$map``: object literals inside array
+literals are not evaluated as expressions by every backend.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,30 +25,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
 from mongo_ckpt.payload import join
+from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
-# LangGraph snapshots every delta channel at least this often (same variable and default).
-MAX_DEPTH = int(os.getenv("LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT", "5000")) + 1
-_UNBOUNDED = MAX_DEPTH + 1
-
-
-def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "$in": [channel, {"$map": {"input": f"{entry}.stored", "as": "v", "in": "$$v.channel"}}]
-    }
-
-
-def _ids_within(depth: Any, prefix: Any = None) -> dict[str, Any]:
-    """Ids of the chain entries at most ``depth`` steps above the target; with ``prefix``,
-    their write join keys (``prefix`` + id)."""
-    within = {"$filter": {"input": "$chain", "as": "a", "cond": {"$lte": ["$$a.depth", depth]}}}
-    item = {"$concat": [prefix, "$$a.id"]} if prefix is not None else "$$a.id"
-    return {"$map": {"input": within, "as": "a", "in": item}}
-
-
-def _seed_version(name: dict[str, Any]) -> dict[str, Any]:
-    """The version ``name`` is stored with at chain entry ``$$a``."""
-    stored = {"$filter": {"input": "$$a.stored", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
-    return {"$let": {"vars": {"v": {"$arrayElemAt": [stored, 0]}}, "in": "$$v.version"}}
+Stage = dict[str, Any]
+# The seed depth of a channel without a seed: past the end of any chain.
+NO_SEED = MAX_DEPTH + 1
 
 
 def history_pipeline(
@@ -52,31 +38,120 @@ def history_pipeline(
     thread_id: str,
     checkpoint_ns: str,
     channels: Sequence[str],
-) -> list[dict[str, Any]]:
+    max_depth: int = MAX_DEPTH,
+) -> list[Stage]:
     """One aggregation on ``checkpoints`` returning the history of ``channels`` at ``target``.
 
     ``target`` is the ``$match`` for the target checkpoint (the latest one if it
-    names no id). Output documents are ``{"chain": [ancestor ids, nearest first]}``
-    (once), ``{"w": write part}`` and ``{"b": seed value part}``. The
-    ``$graphLookup`` chain is filtered by thread and namespace again (copied
-    threads share checkpoint ids) and sorted by depth with
-    ``$unwind``/``$sort``/``$group``, since its order is not guaranteed. Per
-    channel, one ``$lookup`` fetches the writes of the ancestors up to the
-    channel's seed. Only operators every backend implements are used: no
-    ``$reduce``, ``$indexOfArray``, ``$sortArray`` or array-crossing paths.
+    names no id); the walk goes at most ``max_depth`` steps above its parent
+    (``snapshot_distance.walk_depth``). Output: ``{"chain": [ancestor ids, nearest
+    first], "cut": bool}`` once, then ``{"w": write part}`` and ``{"b": seed value
+    part}`` documents. Nothing when the target has no ancestor.
     """
-    names = [{"$literal": ch} for ch in channels]
+    return [
+        *target_stages(target),
+        *chain_stages(collections[CHECKPOINTS], thread_id, checkpoint_ns, max_depth),
+        *seed_depth_stages(channels),
+        *work_item_stages(thread_id, checkpoint_ns, channels, max_depth),
+        *part_lookup_stages(collections),
+        *own_part_stages(thread_id, checkpoint_ns),
+    ]
+
+
+def target_stages(target: Mapping[str, Any]) -> list[Stage]:
+    """Emits the target checkpoint document: the newest one matching ``target``."""
+    return [{"$match": target}, {"$sort": {"checkpoint_id": -1}}, {"$limit": 1}]
+
+
+def chain_stages(
+    collection: str, thread_id: str, checkpoint_ns: str, max_depth: int
+) -> list[Stage]:
+    """Emits ``{"chain": [{"id", "depth", "parent", "stored"}, ...]}``: the ancestors at
+    most ``max_depth`` steps above the parent (depth 0), nearest first.
+
+    ``stored`` lists ``{"channel", "version"}`` of the values stored at that ancestor.
+    The chain is filtered by thread and namespace again (copied threads share
+    checkpoint ids, and not every server applies ``restrictSearchWithMatch``) and
+    sorted by depth with ``$unwind``/``$sort``/``$group``: ``$graphLookup`` promises
+    no order.
+    """
+    return [
+        {
+            "$graphLookup": {
+                "from": collection,
+                "startWith": "$parent_checkpoint_id",
+                "connectFromField": "parent_checkpoint_id",
+                "connectToField": "checkpoint_id",
+                "as": "chain",
+                "depthField": "depth",
+                "maxDepth": max_depth,
+                "restrictSearchWithMatch": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns},
+            }
+        },
+        {"$unwind": "$chain"},
+        {"$match": {"chain.thread_id": thread_id, "chain.checkpoint_ns": checkpoint_ns}},
+        {"$sort": {"chain.depth": 1}},
+        {
+            "$group": {
+                "_id": None,
+                "chain": {
+                    "$push": {
+                        "id": "$chain.checkpoint_id",
+                        "depth": "$chain.depth",
+                        "parent": {"$ifNull": ["$chain.parent_checkpoint_id", None]},
+                        "stored": {"$ifNull": ["$chain.values", []]},
+                    }
+                },
+            }
+        },
+    ]
+
+
+def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:
+    """Adds ``l<i>`` to the chain document: the depth of channel ``i``'s seed (the nearest
+    entry storing it), or ``NO_SEED`` when the chain has none."""
+    nearest = {
+        f"s{i}": {
+            "$arrayElemAt": [
+                {"$filter": {"input": "$chain", "as": "a", "cond": _stores("$$a", name)}},
+                0,
+            ]
+        }
+        for i, name in enumerate(_names(channels))
+    }
+    depths = {f"l{i}": {"$ifNull": [f"$s{i}.depth", NO_SEED]} for i in range(len(channels))}
+    return [{"$addFields": nearest}, {"$addFields": depths}]
+
+
+def work_item_stages(
+    thread_id: str, checkpoint_ns: str, channels: Sequence[str], max_depth: int
+) -> list[Stage]:
+    """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
+    "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
+    seed]}`` and, for a seeded channel, ``{"channel", "bj": its seed value's join key}``.
+
+    ``cut``: some channel has no seed and the walk stopped at ``max_depth`` although
+    the entry there has a parent, so a longer walk might find more.
+    """
+    names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
     # to this thread and namespace.
     prefix = {"$literal": thread_id + JOIN_SEP + checkpoint_ns + JOIN_SEP}
     deepest: Any = "$l0"
     for i in range(1, len(names)):
         deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
-    # One-element arrays are built with $map: object literals inside array literals
-    # are not evaluated as expressions by every backend.
-    chain_item = {"$map": {"input": [0], "in": {"chain": _ids_within(deepest)}}}
+    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(len(names))]}
+    beyond = {
+        "$filter": {
+            "input": "$chain",
+            "as": "a",
+            "cond": {"$and": [{"$eq": ["$$a.depth", max_depth]}, {"$ne": ["$$a.parent", None]}]},
+        }
+    }
+    cut = {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
+    chain_item = _one({"chain": _ids_within(deepest), "cut": cut})
     write_items = [
-        {"$map": {"input": [0], "in": {"channel": name, "ids": _ids_within(f"$l{i}", prefix)}}}
+        _one({"channel": name, "ids": _ids_within(f"$l{i}", prefix)})
         for i, name in enumerate(names)
     ]
     seed_items = [
@@ -104,73 +179,18 @@ def history_pipeline(
         }
         for i, name in enumerate(names)
     ]
-
-    def own(prefix: str) -> dict[str, Any]:
-        return {
-            "$and": [
-                {"$eq": [f"{prefix}.thread_id", {"$literal": thread_id}]},
-                {"$eq": [f"{prefix}.checkpoint_ns", {"$literal": checkpoint_ns}]},
-                {"$eq": [f"{prefix}.channel", "$channel"]},
-            ]
-        }
-
+    items = {"$concatArrays": [chain_item, *write_items, *seed_items]}
     return [
-        {"$match": target},
-        {"$sort": {"checkpoint_id": -1}},
-        {"$limit": 1},
-        {
-            "$graphLookup": {
-                "from": collections[CHECKPOINTS],
-                "startWith": "$parent_checkpoint_id",
-                "connectFromField": "parent_checkpoint_id",
-                "connectToField": "checkpoint_id",
-                "as": "chain",
-                "depthField": "depth",
-                "maxDepth": MAX_DEPTH,
-                "restrictSearchWithMatch": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns},
-            }
-        },
-        {"$unwind": "$chain"},
-        {"$match": {"chain.thread_id": thread_id, "chain.checkpoint_ns": checkpoint_ns}},
-        {"$sort": {"chain.depth": 1}},
-        {
-            "$group": {
-                "_id": None,
-                "chain": {
-                    "$push": {
-                        "id": "$chain.checkpoint_id",
-                        "depth": "$chain.depth",
-                        "stored": {"$ifNull": ["$chain.values", []]},
-                    }
-                },
-            }
-        },
-        # s<i>: the nearest ancestor storing channel i (its seed); l<i>: its depth, or
-        # past the end of the chain when the channel has no seed.
-        {
-            "$addFields": {
-                f"s{i}": {
-                    "$arrayElemAt": [
-                        {"$filter": {"input": "$chain", "as": "a", "cond": _stores("$$a", name)}},
-                        0,
-                    ]
-                }
-                for i, name in enumerate(names)
-            }
-        },
-        {
-            "$addFields": {
-                f"l{i}": {"$ifNull": [f"$s{i}.depth", _UNBOUNDED]} for i in range(len(names))
-            }
-        },
-        {
-            "$project": {
-                "_id": 0,
-                "items": {"$concatArrays": [chain_item, *write_items, *seed_items]},
-            }
-        },
+        {"$project": {"_id": 0, "items": items}},
         {"$unwind": "$items"},
         {"$replaceRoot": {"newRoot": "$items"}},
+    ]
+
+
+def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
+    """Adds ``b`` (one part of a seed value, by ``bj``) and ``w`` (one write part, by
+    ``ids``): one document per part found, the work item alone when there is none."""
+    return [
         {
             "$lookup": {
                 "from": collections[BLOBS],
@@ -189,10 +209,29 @@ def history_pipeline(
             }
         },
         {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
+    ]
+
+
+def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
+    """Emits ``{"chain", "cut"}``, ``{"w": write part}`` or ``{"b": seed value part}`` (the
+    other fields null): parts of another thread, namespace or channel are dropped, and
+    so are items whose lookups found nothing."""
+
+    def own(part: str) -> dict[str, Any]:
+        return {
+            "$and": [
+                {"$eq": [f"{part}.thread_id", {"$literal": thread_id}]},
+                {"$eq": [f"{part}.checkpoint_ns", {"$literal": checkpoint_ns}]},
+                {"$eq": [f"{part}.channel", "$channel"]},
+            ]
+        }
+
+    return [
         {
             "$project": {
                 "_id": 0,
                 "chain": 1,
+                "cut": 1,
                 "w": {"$cond": [own("$w"), "$w", None]},
                 "b": {"$cond": [own("$b"), "$b", None]},
             }
@@ -203,6 +242,40 @@ def history_pipeline(
             }
         },
     ]
+
+
+def _names(channels: Sequence[str]) -> list[dict[str, str]]:
+    return [{"$literal": ch} for ch in channels]
+
+
+def _one(item: dict[str, Any]) -> dict[str, Any]:
+    """A one-element array holding ``item``, its expressions evaluated."""
+    return {"$map": {"input": [0], "in": item}}
+
+
+def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "$in": [channel, {"$map": {"input": f"{entry}.stored", "as": "v", "in": "$$v.channel"}}]
+    }
+
+
+def _ids_within(depth: Any, prefix: Any = None) -> dict[str, Any]:
+    """Ids of the chain entries at most ``depth`` steps above the target; with ``prefix``,
+    their write join keys (``prefix`` + id)."""
+    within = {"$filter": {"input": "$chain", "as": "a", "cond": {"$lte": ["$$a.depth", depth]}}}
+    item = {"$concat": [prefix, "$$a.id"]} if prefix is not None else "$$a.id"
+    return {"$map": {"input": within, "as": "a", "in": item}}
+
+
+def _seed_version(name: dict[str, Any]) -> dict[str, Any]:
+    """The version ``name`` is stored with at chain entry ``$$a``."""
+    stored = {"$filter": {"input": "$$a.stored", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
+    return {"$let": {"vars": {"v": {"$arrayElemAt": [stored, 0]}}, "in": "$$v.version"}}
+
+
+def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``history_pipeline`` output says its walk may have stopped above a seed."""
+    return any(d.get("cut") for d in docs if "chain" in d)
 
 
 def assemble(

@@ -11,13 +11,14 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
 from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
-from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
+from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
 from mongo_ckpt.documents import (
     blob_requests,
     check_checkpoint_size,
@@ -51,6 +52,7 @@ from mongo_ckpt.reading import (
     tuple_pipeline,
     writes_query,
 )
+from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 
 FIRST_PAGE = 10
 MAX_PAGE = 250
@@ -72,10 +74,13 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
+        distances: SnapshotDistances,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
+        # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
+        self.distances = distances
 
     def setup(self) -> Operation:
         models = index_models(self.layout)
@@ -90,20 +95,35 @@ class CheckpointOperations:
         doc, write_docs = split_joined(docs)
         blobs = blobs_query([doc])
         blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
-        return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+        return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
+
+    def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
+        """The tuple of ``doc``, its snapshot counters noted for a history walk."""
+        result = loaded.tuple(doc)
+        self.distances.note(key_of(doc), result.metadata)
+        return result
 
     def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
-        pipeline = history_pipeline(
-            self.layout.by_logical(),
-            checkpoint_query(thread_id, checkpoint_ns, checkpoint_id),
-            thread_id,
-            checkpoint_ns,
-            list(channels),
-        )
-        docs = yield Call(CHECKPOINTS, "aggregate", (pipeline,))
+        target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
+        depth = MAX_DEPTH
+        if checkpoint_id is not None:
+            depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
+
+        def walk(depth: int) -> Call:
+            collections = self.layout.by_logical()
+            pipeline = history_pipeline(
+                collections, target, thread_id, checkpoint_ns, list(channels), depth
+            )
+            return Call(CHECKPOINTS, "aggregate", (pipeline,))
+
+        docs = yield walk(depth)
+        if depth < MAX_DEPTH and walk_cut_short(docs):
+            # Counters that understate the distance (metadata not written by LangGraph's
+            # loop): walk again as far as LangGraph's bound.
+            docs = yield walk(MAX_DEPTH)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -124,7 +144,7 @@ class CheckpointOperations:
         while docs := (yield NextBatch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
-                yield Emit(loaded.tuple(doc))
+                yield Emit(self._noted(loaded, doc))
             size = min(size * 5, MAX_PAGE)
 
     def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
