@@ -7,16 +7,12 @@ another thread, as LangGraph's other async savers do.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
-
 from mongo_ckpt.base import MongoSaverBase
-from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import AsyncClientOwner
-from mongo_ckpt.drivers import aiterate, arun
+from mongo_ckpt.drivers import AsyncDriver
 
 
-class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):
+class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase):
     """LangGraph checkpointer on an asynchronous MongoDB client.
 
     Example:
@@ -29,27 +25,3 @@ class AsyncMongoDBSaver(AsyncClientOwner, MongoSaverBase):
         """Create the indexes (idempotent; also done on first use): ``await saver.setup()``,
         as on ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
         await self.asetup()
-
-    async def _arun(self, operation: Operation) -> Any:
-        self._bind_running_loop()
-        return await arun(self.collections, self._prepared(operation))
-
-    async def _aiter(self, operation: Operation) -> AsyncIterator[Any]:
-        self._bind_running_loop()
-        async for item in aiterate(self.collections, self._prepared(operation)):
-            yield item
-
-    def _run(self, operation: Operation) -> Any:
-        return self._on_loop(self._arun(operation))
-
-    def _iter(self, operation: Operation) -> Iterator[Any]:
-        items = self._aiter(operation)
-        while True:
-            try:
-                yield self._on_loop(_next(items))
-            except StopAsyncIteration:
-                return
-
-
-async def _next(items: AsyncIterator[Any]) -> Any:
-    return await anext(items)

@@ -6,7 +6,7 @@ import builtins
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -32,6 +32,8 @@ from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.snapshot_distance import SnapshotDistances
 
+T = TypeVar("T")
+
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
@@ -42,7 +44,7 @@ MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 class MongoSaverBase(BaseCheckpointSaver[str]):
     """State and the public API common to ``MongoDBSaver`` and ``AsyncMongoDBSaver``.
 
-    Subclasses supply the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
+    Subclasses mix in the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
     """
 
     def __init__(
@@ -138,16 +140,20 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             number = int(current.split(".")[0])
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
-    def _prepared(self, operation: Operation) -> Operation:
-        """``operation``, preceded by index creation on first use and, with a ``ttl``,
-        by a sweep of expired threads at most once per ``sweep_interval``."""
-        if not self._is_setup:
-            yield from self.ops.setup()
-            self._is_setup = True
+    def _prepared(self, operation: Operation[T]) -> Operation[T]:
+        """``operation``, preceded by setup on first use and, with a ``ttl``, by a sweep
+        of expired threads at most once per ``sweep_interval``."""
+        yield from self._setup_once()
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
             yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
+
+    def _setup_once(self) -> Operation[None]:
+        """Index creation, unless done already."""
+        if not self._is_setup:
+            yield from self.ops.setup()
+            self._is_setup = True
 
     def _require_ttl(self) -> float:
         if self.ttl is None:
@@ -157,26 +163,22 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             )
         return self.ttl
 
-    # -- drivers, supplied by the subclasses (they run ``_prepared`` operations) --
+    if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-    def _run(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        def _run(self, operation: Operation[T]) -> T: ...
 
-    def _iter(self, operation: Operation) -> Iterator[Any]:
-        raise NotImplementedError
+        def _iter(self, operation: Operation[Any]) -> Iterator[Any]: ...
 
-    async def _arun(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        async def _arun(self, operation: Operation[T]) -> T: ...
 
-    def _aiter(self, operation: Operation) -> AsyncIterator[Any]:
-        raise NotImplementedError
+        def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
 
     # -- sync API -------------------------------------------------------------
 
     def setup(self) -> None:
         """Create the indexes (idempotent; also done on first use)."""
         self._is_setup = False
-        self._run(_nothing())
+        self._run(self._setup_once())
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
@@ -251,7 +253,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def asetup(self) -> None:
         """Async ``setup``."""
         self._is_setup = False
-        await self._arun(_nothing())
+        await self._arun(self._setup_once())
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
@@ -319,8 +321,3 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Async ``prune``."""
         await self._arun(self.ops.prune(thread_ids, strategy))
 
-
-def _nothing() -> Operation:
-    """An operation without calls: running it runs only what ``_prepared`` adds."""
-    return None
-    yield

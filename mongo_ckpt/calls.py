@@ -1,17 +1,34 @@
 """Storage logic as plain generators of collection calls, run by a sync or async driver.
 
 Every saver and store operation is written once, as a generator that yields
-``Call`` (one collection method call; the driver sends back its result),
-``NextBatch`` (the next documents of a streamed cursor) and ``Emit`` (an item
-for the caller of an iterating operation). ``mongo_ckpt.drivers`` runs these
-generators on PyMongo, Motor or mongomock, blocking or awaiting.
+``Call`` (one collection method call; the driver sends back its result, or
+throws its error into the generator), ``NextBatch`` (the next documents of a
+streamed cursor) and ``Emit`` (an item for the caller of an iterating
+operation). ``mongo_ckpt.drivers`` runs these generators on PyMongo, Motor or
+mongomock, blocking or awaiting.
+
+Operations do not build ``Call`` themselves: they use the typed constructors
+below, named after the PyMongo methods, so a call reads like PyMongo and its
+result has a type::
+
+    docs = yield from find(CHECKPOINTS, query, projection={"values": 1})
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from pymongo import DeleteMany, DeleteOne, IndexModel, InsertOne, ReplaceOne, UpdateMany, UpdateOne
+from pymongo.operations import SearchIndexModel
+from pymongo.results import BulkWriteResult, DeleteResult, UpdateResult
+
+T = TypeVar("T")
+Document = dict[str, Any]
+Pipeline = Sequence[Mapping[str, Any]]
+Sort = Sequence[tuple[str, int]]
+WriteRequest = InsertOne[Any] | DeleteOne | DeleteMany | ReplaceOne[Any] | UpdateOne | UpdateMany
 
 
 @dataclass(frozen=True)
@@ -19,21 +36,28 @@ class Call:
     """``collections[collection].method(*args, **kwargs)``.
 
     ``find`` and ``aggregate`` come back as a list of documents, or with
-    ``stream=True`` as a cursor handle for ``NextBatch``.
+    ``stream=True`` as a ``Cursor`` for ``NextBatch``.
     """
 
     collection: str
     method: str
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     stream: bool = False
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A streamed result; only the driver reads ``source``."""
+
+    source: Any
 
 
 @dataclass(frozen=True)
 class NextBatch:
     """Up to ``size`` further documents of a streamed cursor; empty when exhausted."""
 
-    cursor: Any
+    cursor: Cursor
     size: int
 
 
@@ -45,4 +69,85 @@ class Emit:
 
 
 Step = Call | NextBatch | Emit
-Operation = Generator[Step, Any, Any]
+Operation = Generator[Step, Any, T]
+"""An operation returning ``T``: ``Operation[None]``, ``Operation[list[str]]``..."""
+Calling = Generator[Call, T, T]
+"""One ``Call`` whose result is ``T``; used as ``result = yield from find(...)``."""
+
+
+def _options(**options: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (``None`` leaves the driver's default)."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def find(
+    collection: str,
+    filter: Mapping[str, Any],
+    *,
+    projection: Mapping[str, Any] | None = None,
+    sort: Sort | None = None,
+    skip: int | None = None,
+    limit: int | None = None,
+) -> Calling[list[Document]]:
+    """``list(collection.find(filter, ...))``."""
+    options = _options(projection=projection, sort=sort, skip=skip, limit=limit)
+    return (yield Call(collection, "find", (filter,), options))
+
+
+def find_cursor(
+    collection: str,
+    filter: Mapping[str, Any],
+    *,
+    projection: Mapping[str, Any] | None = None,
+    sort: Sort | None = None,
+    limit: int | None = None,
+) -> Calling[Cursor]:
+    """``collection.find(filter, ...)`` as a cursor, read with ``next_batch``."""
+    options = _options(projection=projection, sort=sort, limit=limit)
+    return (yield Call(collection, "find", (filter,), options, stream=True))
+
+
+def next_batch(
+    cursor: Cursor, size: int
+) -> Generator[NextBatch, list[Document], list[Document]]:
+    """Up to ``size`` further documents of ``cursor``; ``[]`` once it is exhausted."""
+    return (yield NextBatch(cursor, size))
+
+
+def aggregate(collection: str, pipeline: Pipeline) -> Calling[list[Document]]:
+    """``list(collection.aggregate(pipeline))``."""
+    return (yield Call(collection, "aggregate", (pipeline,)))
+
+
+def distinct(collection: str, key: str, filter: Mapping[str, Any]) -> Calling[list[Any]]:
+    """``collection.distinct(key, filter)``."""
+    return (yield Call(collection, "distinct", (key, filter)))
+
+
+def bulk_write(
+    collection: str, requests: Sequence[WriteRequest], *, ordered: bool
+) -> Calling[BulkWriteResult]:
+    """``collection.bulk_write(requests, ordered=ordered)``."""
+    return (yield Call(collection, "bulk_write", (requests,), {"ordered": ordered}))
+
+
+def update_one(
+    collection: str, filter: Mapping[str, Any], update: Mapping[str, Any], *, upsert: bool
+) -> Calling[UpdateResult]:
+    """``collection.update_one(filter, update, upsert=upsert)``."""
+    return (yield Call(collection, "update_one", (filter, update), {"upsert": upsert}))
+
+
+def delete_many(collection: str, filter: Mapping[str, Any]) -> Calling[DeleteResult]:
+    """``collection.delete_many(filter)``."""
+    return (yield Call(collection, "delete_many", (filter,)))
+
+
+def create_indexes(collection: str, indexes: Sequence[IndexModel]) -> Calling[list[str]]:
+    """``collection.create_indexes(indexes)``: the names of the indexes."""
+    return (yield Call(collection, "create_indexes", (indexes,)))
+
+
+def create_search_index(collection: str, model: SearchIndexModel) -> Calling[str]:
+    """``collection.create_search_index(model)``: the index's name."""
+    return (yield Call(collection, "create_search_index", (model,)))

@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
 from mongo_ckpt.drivers import run_on_loop
+
+T = TypeVar("T")
 
 DEFAULT_DB_NAME = "checkpointing_db"
 # Every operation of a client made by ``from_conn_string`` (and the demo) gives up after
@@ -148,7 +150,7 @@ class SyncClientOwner(ClientOwner):
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
-        client: MongoClient = MongoClient(conn_string, **options)
+        client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
@@ -185,7 +187,7 @@ class AsyncClientOwner(ClientOwner):
         ``timeoutMS`` keyword or ``client_kwargs`` set it.
         """
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
-        client: AsyncMongoClient = AsyncMongoClient(conn_string, **options)
+        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
         try:
             yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
         finally:
@@ -194,5 +196,5 @@ class AsyncClientOwner(ClientOwner):
     def _bind_running_loop(self) -> None:
         self.loop = asyncio.get_running_loop()
 
-    def _on_loop(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return run_on_loop(coro, self.loop, type(self).__name__)

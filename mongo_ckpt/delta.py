@@ -284,7 +284,7 @@ def assemble(
     """The ``get_delta_channel_history`` result from ``history_pipeline`` output."""
     docs = list(docs)
     depth_of = {cid: depth for d in docs if "chain" in d for depth, cid in enumerate(d["chain"])}
-    ordered: dict[str, list[tuple[tuple, PendingWrite]]] = {ch: [] for ch in channels}
+    ordered: dict[str, list[tuple[tuple[Any, ...], PendingWrite]]] = {ch: [] for ch in channels}
     for _, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
         order = (
             -depth_of[head["checkpoint_id"]],
@@ -310,7 +310,9 @@ def assemble(
 Skeleton = Mapping[str, Any]
 
 
-def needed_ancestors(skeletons: Iterable[Skeleton], survivors: Iterable[Skeleton]) -> set[tuple]:
+def needed_ancestors(
+    skeletons: Iterable[Skeleton], survivors: Iterable[Skeleton]
+) -> set[tuple[Any, ...]]:
     """Keys ``(thread_id, checkpoint_ns, checkpoint_id)`` of ancestors survivors rebuild from.
 
     A checkpoint's ``replay`` channels (DeltaChannels without a stored value) are
@@ -319,7 +321,7 @@ def needed_ancestors(skeletons: Iterable[Skeleton], survivors: Iterable[Skeleton
     too, so their own ancestors are added the same way.
     """
     by_key = {(s["thread_id"], s["checkpoint_ns"], s["checkpoint_id"]): s for s in skeletons}
-    needed: set[tuple] = set()
+    needed: set[tuple[Any, ...]] = set()
     pending = list(survivors)
     while pending:
         checkpoint = pending.pop()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Sequence
-from typing import Annotated, Any, TextIO, TypedDict
+from typing import Annotated, Any, TextIO
 
 import bson
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -28,11 +28,12 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, StateSnapshot, interrupt
+from typing_extensions import NotRequired, TypedDict
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
 from mongo_ckpt.inprocess import patch_mongomock_bulk
-from mongo_ckpt.operations import BLOBS, CHECKPOINTS
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
 THREAD = "demo"
@@ -83,7 +84,7 @@ def unreachable_message(where: str, error: BaseException) -> str:
 
 class DemoState(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
-    pending: str | None  # what to book once the user approves
+    pending: NotRequired[str | None]  # what to book once the user approves
 
 
 def facts_from(messages: Sequence[AnyMessage]) -> tuple[str | None, list[str]]:
@@ -141,7 +142,7 @@ def route(state: DemoState) -> str:
     return "approval" if state.get("pending") else END
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[DemoState]:
     """``START -> assistant -> (approval) -> END``."""
     builder = StateGraph(DemoState)
     builder.add_node("assistant", assistant)
@@ -170,7 +171,7 @@ async def remember(state: DemoState, config: RunnableConfig, *, store: BaseStore
     return {"messages": [AIMessage(f"From long-term memory: {describe(told)}")]}
 
 
-def build_memory_graph() -> StateGraph:
+def build_memory_graph() -> StateGraph[DemoState]:
     """``START -> remember -> END``, for a graph compiled with ``store=``."""
     builder = StateGraph(DemoState)
     builder.add_node("remember", remember)
@@ -217,7 +218,9 @@ async def _maybe_await(result: Any) -> Any:
 class Demo:
     """Runs the scenes of the demo on one graph, printing to ``out``."""
 
-    def __init__(self, graph: CompiledStateGraph, saver: AsyncMongoDBSaver, out: TextIO) -> None:
+    def __init__(
+        self, graph: CompiledStateGraph[DemoState], saver: AsyncMongoDBSaver, out: TextIO
+    ) -> None:
         self.graph, self.saver, self.out = graph, saver, out
 
     def say(self, text: str = "") -> None:
@@ -229,7 +232,8 @@ class Demo:
 
     async def turn(self, thread_id: str, text: str) -> dict[str, Any]:
         self.say(f"  user> {text}")
-        result = await self.graph.ainvoke({"messages": [HumanMessage(text)]}, _thread(thread_id))
+        state: DemoState = {"messages": [HumanMessage(text)]}
+        result: dict[str, Any] = await self.graph.ainvoke(state, _thread(thread_id))
         if not result.get("__interrupt__"):
             self.say(f"  assistant> {result['messages'][-1].content}")
         return result
@@ -260,9 +264,9 @@ class Demo:
             self.say(f"    {_row(snapshot)}")
 
         question = _before_assistant(history, QUESTION)
-        step = question.metadata["step"]
+        step = _step(question)
         self.say(f"  -- replay from step {step} (just before the assistant answered {QUESTION!r}):")
-        ran = []
+        ran: list[str] = []
         async for update in self.graph.astream(None, question.config, stream_mode="updates"):
             ran.extend(update)
             for values in update.values():
@@ -272,7 +276,7 @@ class Demo:
         self.say(f"  the new branch: {' <- '.join(lineage)}")
 
         tea = _before_assistant(history, TURNS[1])
-        step = tea.metadata["step"]
+        step = _step(tea)
         changed = HumanMessage("I like coffee.", id=tea.values["messages"][-1].id)
         self.say(
             f"  -- fork at step {step}: update_state replaces {TURNS[1]!r} with "
@@ -287,7 +291,7 @@ class Demo:
         before = await self.graph.aget_state(original)
         self.say(
             f"  the original branch is intact: at its last checkpoint (step "
-            f"{before.metadata['step']}) the assistant knows: {describe(before.values['messages'])}"
+            f"{_step(before)}) the assistant knows: {describe(before.values['messages'])}"
         )
 
     async def storage(self, db_name: str) -> None:
@@ -337,7 +341,8 @@ class Demo:
                 self.say(f"  user> {text}")
                 config = _thread(thread_id)
                 config["configurable"]["user_id"] = USER_ID
-                result = await graph.ainvoke({"messages": [HumanMessage(text)]}, config)
+                state: DemoState = {"messages": [HumanMessage(text)]}
+                result = await graph.ainvoke(state, config)
                 self.say(f"  assistant> {result['messages'][-1].content}")
         self.say("  what the store holds (store.asearch(('users',))):")
         for item in await store.asearch(("users",)):
@@ -409,6 +414,10 @@ def _before_assistant(history: Sequence[StateSnapshot], text: str) -> StateSnaps
     return next(
         s for s in history if s.next == ("assistant",) and s.values["messages"][-1].content == text
     )
+
+
+def _step(snapshot: StateSnapshot) -> int | None:
+    return (snapshot.metadata or {}).get("step")
 
 
 def _row(snapshot: StateSnapshot) -> str:

@@ -11,11 +11,13 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pymongo.errors import InvalidOperation
 
-from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
+
+T = TypeVar("T")
 
 
 class ClientClosedError(RuntimeError):
@@ -32,8 +34,7 @@ def _closed(exc: InvalidOperation) -> Exception:
 
 
 def _invoke(collections: Mapping[str, Any], call: Call) -> Any:
-    kwargs = dict(call.kwargs)
-    return getattr(collections[call.collection], call.method)(*call.args, **kwargs)
+    return getattr(collections[call.collection], call.method)(*call.args, **call.kwargs)
 
 
 def _is_cursor_call(call: Call) -> bool:
@@ -44,10 +45,10 @@ def execute(collections: Mapping[str, Any], step: Call | NextBatch) -> Any:
     """Perform one step on synchronous collections."""
     try:
         if isinstance(step, NextBatch):
-            return list(islice(step.cursor, step.size))
+            return list(islice(step.cursor.source, step.size))
         result = _invoke(collections, step)
         if _is_cursor_call(step):
-            return iter(result) if step.stream else list(result)
+            return Cursor(iter(result)) if step.stream else list(result)
         return result
     except InvalidOperation as exc:
         raise _closed(exc) from exc
@@ -57,10 +58,10 @@ async def aexecute(collections: Mapping[str, Any], step: Call | NextBatch) -> An
     """Perform one step on asynchronous collections (PyMongo async, Motor, mongomock-motor)."""
     try:
         if isinstance(step, NextBatch):
-            batch = []
+            batch: list[Any] = []
             while len(batch) < step.size:
                 try:
-                    batch.append(await anext(step.cursor))
+                    batch.append(await anext(step.cursor.source))
                 except StopAsyncIteration:
                     break
             return batch
@@ -68,69 +69,105 @@ async def aexecute(collections: Mapping[str, Any], step: Call | NextBatch) -> An
         if inspect.isawaitable(result):
             result = await result
         if _is_cursor_call(step):
-            return aiter(result) if step.stream else [doc async for doc in result]
+            return Cursor(aiter(result)) if step.stream else [doc async for doc in result]
         return result
     except InvalidOperation as exc:
         raise _closed(exc) from exc
 
 
-def iterate(collections: Mapping[str, Any], operation: Operation) -> Iterator[Any]:
+class _Running(Generic[T]):
+    """An operation being run: the part of a driver that does not depend on the client.
+
+    Each step's result is sent back into the operation and each step's error is
+    thrown back into it, at the ``yield`` that issued the step; so the traceback of
+    a failed call names the operation's line, and an operation can handle an error.
+    """
+
+    def __init__(self, operation: Operation[T]) -> None:
+        self._operation = operation
+        self._result: Any = None
+        self._error: Exception | None = None
+        self.value: T  # set when the operation returns
+
+    def next_step(self) -> Step | None:
+        """The operation's next step; ``None`` once it has returned (into ``value``)."""
+        result, error = self._result, self._error
+        self._result = self._error = None
+        try:
+            if error is not None:
+                return self._operation.throw(error)
+            return self._operation.send(result)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+
+    def returned(self, result: Any) -> None:
+        """The current step returned ``result``."""
+        self._result = result
+
+    def failed(self, error: Exception) -> None:
+        """The current step raised ``error``."""
+        # The driver's own frame leaves the traceback: it goes on at the operation's line.
+        if error.__traceback__ is not None:
+            error = error.with_traceback(error.__traceback__.tb_next)
+        self._error = error
+
+
+def iterate(collections: Mapping[str, Any], operation: Operation[Any]) -> Iterator[Any]:
     """Run ``operation`` synchronously, yielding what it emits."""
-    result: Any = None
-    while True:
-        try:
-            step = operation.send(result)
-        except StopIteration:
-            return
+    return _iterate(collections, _Running(operation))
+
+
+def _iterate(collections: Mapping[str, Any], running: _Running[Any]) -> Iterator[Any]:
+    while (step := running.next_step()) is not None:
         if isinstance(step, Emit):
-            result = None
             yield step.item
-        else:
-            result = execute(collections, step)
+            continue
+        try:
+            running.returned(execute(collections, step))
+        except Exception as exc:
+            running.failed(exc)
 
 
-async def aiterate(collections: Mapping[str, Any], operation: Operation) -> AsyncIterator[Any]:
+def aiterate(collections: Mapping[str, Any], operation: Operation[Any]) -> AsyncIterator[Any]:
     """Run ``operation`` asynchronously, yielding what it emits."""
-    result: Any = None
-    while True:
-        try:
-            step = operation.send(result)
-        except StopIteration:
-            return
+    return _aiterate(collections, _Running(operation))
+
+
+async def _aiterate(collections: Mapping[str, Any], running: _Running[Any]) -> AsyncIterator[Any]:
+    while (step := running.next_step()) is not None:
         if isinstance(step, Emit):
-            result = None
             yield step.item
-        else:
-            result = await aexecute(collections, step)
-
-
-def _returning(operation: Operation, box: list[Any]) -> Operation:
-    box.append((yield from operation))
+            continue
+        try:
+            running.returned(await aexecute(collections, step))
+        except Exception as exc:
+            running.failed(exc)
 
 
 def _emitted(item: Any) -> TypeError:
     return TypeError(f"a run operation emitted {item!r}; iterate emitting operations instead")
 
 
-def run(collections: Mapping[str, Any], operation: Operation) -> Any:
+def run(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` synchronously and return its result."""
-    box: list[Any] = []
-    for item in iterate(collections, _returning(operation, box)):
+    running = _Running(operation)
+    for item in _iterate(collections, running):
         raise _emitted(item)
-    return box[0]
+    return running.value
 
 
-async def arun(collections: Mapping[str, Any], operation: Operation) -> Any:
+async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` asynchronously and return its result."""
-    box: list[Any] = []
-    async for item in aiterate(collections, _returning(operation, box)):
+    running = _Running(operation)
+    async for item in _aiterate(collections, running):
         raise _emitted(item)
-    return box[0]
+    return running.value
 
 
 def run_on_loop(
-    coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None, owner: str
-) -> Any:
+    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None, owner: str
+) -> T:
     """Run ``coro`` on ``loop`` (the async object's own) from another thread and wait.
 
     This is how the sync methods of the async saver and store work; calling them
@@ -154,3 +191,69 @@ def run_on_loop(
             "thread; use the async methods, or the sync class"
         )
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+_DONE = object()
+
+
+class SyncDriver:
+    """How a saver or store on synchronous collections runs its operations, each
+    ``_prepared`` first; the async methods run them in a worker thread."""
+
+    if TYPE_CHECKING:  # supplied by the class this is mixed into
+        collections: dict[str, Any]
+
+        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+
+    def _run(self, operation: Operation[T]) -> T:
+        return run(self.collections, self._prepared(operation))
+
+    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
+        return iterate(self.collections, self._prepared(operation))
+
+    async def _arun(self, operation: Operation[T]) -> T:
+        return await asyncio.to_thread(self._run, operation)
+
+    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+        items = self._iter(operation)
+        while (item := await asyncio.to_thread(next, items, _DONE)) is not _DONE:
+            yield item
+
+
+class AsyncDriver:
+    """How a saver or store on asynchronous collections runs its operations, each
+    ``_prepared`` first; the sync methods submit them to the object's event loop from
+    another thread."""
+
+    if TYPE_CHECKING:  # supplied by the class this is mixed into
+        collections: dict[str, Any]
+
+        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+
+        def _bind_running_loop(self) -> None: ...
+
+        def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+    async def _arun(self, operation: Operation[T]) -> T:
+        self._bind_running_loop()
+        return await arun(self.collections, self._prepared(operation))
+
+    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+        self._bind_running_loop()
+        async for item in aiterate(self.collections, self._prepared(operation)):
+            yield item
+
+    def _run(self, operation: Operation[T]) -> T:
+        return self._on_loop(self._arun(operation))
+
+    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
+        items = self._aiter(operation)
+        while True:
+            try:
+                yield self._on_loop(_next(items))
+            except StopAsyncIteration:
+                return
+
+
+async def _next(items: AsyncIterator[Any]) -> Any:
+    return await anext(items)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -12,12 +13,28 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
-from mongo_ckpt.calls import Call, Emit, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Calling,
+    Document,
+    Emit,
+    Operation,
+    WriteRequest,
+    aggregate,
+    bulk_write,
+    create_indexes,
+    delete_many,
+    distinct,
+    find,
+    find_cursor,
+    next_batch,
+    update_one,
+)
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
 from mongo_ckpt.documents import (
     blob_requests,
@@ -82,19 +99,19 @@ class CheckpointOperations:
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
-    def setup(self) -> Operation:
+    def setup(self) -> Operation[None]:
         models = index_models(self.layout)
         for logical, name in self.layout.by_logical().items():
-            yield Call(logical, "create_indexes", (models[name],))
+            yield from create_indexes(logical, models[name])
 
-    def get_tuple(self, config: RunnableConfig) -> Operation:
+    def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         query = checkpoint_query(*thread_key(config))
-        docs = yield Call(CHECKPOINTS, "aggregate", (tuple_pipeline(query, self.layout.writes),))
+        docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
         if not docs:
             return None
         doc, write_docs = split_joined(docs)
         blobs = blobs_query([doc])
-        blob_docs = (yield Call(BLOBS, "find", (blobs,))) if blobs else []
+        blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
         return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
 
     def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
@@ -103,7 +120,9 @@ class CheckpointOperations:
         self.distances.note(key_of(doc), result.metadata)
         return result
 
-    def delta_channel_history(self, config: RunnableConfig, channels: Sequence[str]) -> Operation:
+    def delta_channel_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Operation[Mapping[str, DeltaChannelHistory]]:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
@@ -112,18 +131,18 @@ class CheckpointOperations:
         if checkpoint_id is not None:
             depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
 
-        def walk(depth: int) -> Call:
+        def walk(depth: int) -> Calling[list[Document]]:
             collections = self.layout.by_logical()
             pipeline = history_pipeline(
                 collections, target, thread_id, checkpoint_ns, list(channels), depth
             )
-            return Call(CHECKPOINTS, "aggregate", (pipeline,))
+            return aggregate(CHECKPOINTS, pipeline)
 
-        docs = yield walk(depth)
+        docs = yield from walk(depth)
         if depth < MAX_DEPTH and walk_cut_short(docs):
             # Counters that understate the distance (metadata not written by LangGraph's
             # loop): walk again as far as LangGraph's bound.
-            docs = yield walk(MAX_DEPTH)
+            docs = yield from walk(MAX_DEPTH)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -132,25 +151,23 @@ class CheckpointOperations:
         filter: Mapping[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> Operation:
+    ) -> Operation[None]:
         query = list_query(config, filter, before, self.filterable_keys)
         check_limit(limit)
         if limit is not None and limit <= 0:
             return
-        cursor = yield Call(
-            CHECKPOINTS, "find", (query,), {"sort": LATEST, "limit": limit or 0}, stream=True
-        )
+        cursor = yield from find_cursor(CHECKPOINTS, query, sort=LATEST, limit=limit or 0)
         size = min(limit or FIRST_PAGE, FIRST_PAGE)
-        while docs := (yield NextBatch(cursor, size)):
+        while docs := (yield from next_batch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
                 yield Emit(self._noted(loaded, doc))
             size = min(size * 5, MAX_PAGE)
 
-    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation:
+    def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation[Loaded]:
         query = blobs_query(docs)
-        blob_docs = (yield Call(BLOBS, "find", (query,))) if query else []
-        write_docs = yield Call(WRITES, "find", (writes_query(docs),))
+        blob_docs = (yield from find(BLOBS, query)) if query else []
+        write_docs = yield from find(WRITES, writes_query(docs))
         return Loaded(self.serde, blob_docs, write_docs)
 
     def put(
@@ -159,7 +176,7 @@ class CheckpointOperations:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Operation:
+    ) -> Operation[RunnableConfig]:
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
@@ -173,8 +190,8 @@ class CheckpointOperations:
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs:  # values first: a reader never sees a checkpoint without its values
             # Ordered, so each value's head is applied only after its parts (payload.py).
-            yield Call(BLOBS, "bulk_write", (blobs,), {"ordered": True})
-        yield Call(CHECKPOINTS, "update_one", (key, {"$set": doc}), {"upsert": True})
+            yield from bulk_write(BLOBS, blobs, ordered=True)
+        yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
         return {"configurable": key}
 
     def put_writes(
@@ -183,7 +200,7 @@ class CheckpointOperations:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Operation:
+    ) -> Operation[None]:
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
         if checkpoint_id is None:
             raise ValueError(
@@ -194,24 +211,29 @@ class CheckpointOperations:
         task_id = coerce_id(task_id, "task_id")
         requests = write_requests(key, writes, task_id, task_path or "", self.serde)
         if requests:
-            yield Call(WRITES, "bulk_write", (requests,), {"ordered": True})
+            yield from bulk_write(WRITES, requests, ordered=True)
 
-    def delete_thread(self, thread_id: str) -> Operation:
+    def delete_thread(self, thread_id: str) -> Operation[None]:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
         yield from self._delete(query, query, query)
 
-    def _delete(self, checkpoints: dict, writes: dict, blobs: dict | None) -> Operation:
+    def _delete(
+        self,
+        checkpoints: Mapping[str, Any],
+        writes: Mapping[str, Any],
+        blobs: Mapping[str, Any] | None,
+    ) -> Operation[None]:
         # Checkpoints go first so a reader never sees one whose values are gone.
-        yield Call(CHECKPOINTS, "delete_many", (checkpoints,))
-        yield Call(WRITES, "delete_many", (writes,))
+        yield from delete_many(CHECKPOINTS, checkpoints)
+        yield from delete_many(WRITES, writes)
         if blobs is not None:
-            yield Call(BLOBS, "delete_many", (blobs,))
+            yield from delete_many(BLOBS, blobs)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation:
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         ids = coerce_ids(run_ids, "run_ids")
         if not ids:
             return
-        threads = yield Call(CHECKPOINTS, "distinct", ("thread_id", {"run_id": {"$in": ids}}))
+        threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
         if not threads:
             return
         skeletons = yield from self._skeletons(threads)
@@ -222,19 +244,19 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
         yield from self._delete_checkpoints(threads, skeletons, doomed)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation:
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
         # Values and writes first, checkpoints last, as in ``put``.
         for collection in (BLOBS, WRITES, CHECKPOINTS):
-            cursor = yield Call(collection, "find", ({"thread_id": source},), stream=True)
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
+            cursor = yield from find_cursor(collection, {"thread_id": source})
+            while docs := (yield from next_batch(cursor, COPY_BATCH)):
                 requests = [_copy_request(collection, doc, target) for doc in docs]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                yield from bulk_write(collection, requests, ordered=False)
 
-    def backfill_join_keys(self) -> Operation:
+    def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
         updated = 0
         for collection, fields, build in (
@@ -243,19 +265,17 @@ class CheckpointOperations:
         ):
             query = {"join": {"$exists": False}}
             projection = {f: 1 for f in fields}
-            cursor = yield Call(
-                collection, "find", (query,), {"projection": projection}, stream=True
-            )
-            while docs := (yield NextBatch(cursor, COPY_BATCH)):
-                requests = [
+            cursor = yield from find_cursor(collection, query, projection=projection)
+            while docs := (yield from next_batch(cursor, COPY_BATCH)):
+                requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
                     for d in docs
                 ]
-                yield Call(collection, "bulk_write", (requests,), {"ordered": False})
+                yield from bulk_write(collection, requests, ordered=False)
                 updated += len(requests)
         return updated
 
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation:
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
         ids = coerce_ids(thread_ids, "thread_ids")
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
@@ -266,7 +286,7 @@ class CheckpointOperations:
             yield from self._delete(threads, threads, threads)
             return
         skeletons = yield from self._skeletons(ids)
-        latest: dict[tuple, Mapping[str, Any]] = {}
+        latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         for s in skeletons:
             ns_key = key_of(s)[:2]
             if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
@@ -276,25 +296,25 @@ class CheckpointOperations:
         doomed = [s for s in skeletons if key_of(s) not in keep]
         yield from self._delete_checkpoints(ids, skeletons, doomed)
 
-    def sweep_expired(self, ttl: float) -> Operation:
+    def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
-        docs = yield Call(CHECKPOINTS, "aggregate", (inactive_threads_pipeline(cutoff),))
+        docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
         if expired:
             threads = {"thread_id": {"$in": expired}}
             yield from self._delete(threads, threads, threads)
         return expired
 
-    def _skeletons(self, thread_ids: Sequence[str]) -> Operation:
+    def _skeletons(self, thread_ids: Sequence[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
-        return (yield Call(CHECKPOINTS, "find", (query,), {"projection": SKELETON}))
+        return (yield from find(CHECKPOINTS, query, projection=SKELETON))
 
     def _delete_checkpoints(
         self,
         thread_ids: Sequence[str],
         skeletons: Sequence[Mapping[str, Any]],
         doomed: Sequence[Mapping[str, Any]],
-    ) -> Operation:
+    ) -> Operation[None]:
         """Delete ``doomed`` checkpoints, their writes, and the values only they use.
 
         Values are deleted by exact key: the versions the doomed checkpoints name,
@@ -311,7 +331,7 @@ class CheckpointOperations:
         query = keys_query(gone)
         yield from self._delete(query, query, None)
 
-        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple]:
+        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:
             return {
                 (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
                 for s in checkpoints
@@ -320,10 +340,10 @@ class CheckpointOperations:
 
         unused = refs(doomed) - refs(s for s in skeletons if key_of(s) not in gone)
         if unused:
-            yield Call(BLOBS, "delete_many", (blob_keys_query(unused),))
+            yield from delete_many(BLOBS, blob_keys_query(unused))
 
 
-def _copy_request(collection: str, doc: dict[str, Any], target: str) -> ReplaceOne:
+def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
     doc = {k: v for k, v in doc.items() if k != "_id"}
     doc["thread_id"] = target
     if collection == BLOBS:

@@ -65,15 +65,15 @@ def _tail(doc: Mapping[str, Any]) -> tuple[Any, int] | None:
 
 def join(
     docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...]
-) -> dict[tuple, tuple[Mapping[str, Any], tuple[str, bytes]]]:
+) -> dict[tuple[Any, ...], tuple[Mapping[str, Any], tuple[str, bytes]]]:
     """Group part documents by ``key_fields``: ``{key: (head document, (type, bytes))}``.
 
     A value is left out unless every part named by its head is present with the
     head's value id and the joined bytes match the head's digest (an interrupted
     or mixed write reads as absent, never as a stitched value).
     """
-    heads: dict[tuple, Mapping[str, Any]] = {}
-    tails: dict[tuple, dict[int, bytes]] = {}
+    heads: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    tails: dict[tuple[Any, ...], dict[int, bytes]] = {}
     for doc in docs:
         key = tuple(doc[f] for f in key_fields)
         tail = _tail(doc)
@@ -81,7 +81,7 @@ def join(
             heads[key] = doc
         else:
             tails.setdefault((*key, tail[0]), {})[tail[1]] = doc["data"]
-    out: dict[tuple, tuple[Mapping[str, Any], tuple[str, bytes]]] = {}
+    out: dict[tuple[Any, ...], tuple[Mapping[str, Any], tuple[str, bytes]]] = {}
     for key, head in heads.items():
         vid = head.get("vid")
         rest = tails.get((*key, vid), {})

@@ -27,7 +27,9 @@ def key_of(doc: Mapping[str, Any], fields: tuple[str, ...] = CHECKPOINT_KEY) -> 
     return tuple(doc[f] for f in fields)
 
 
-def checkpoint_query(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> dict:
+def checkpoint_query(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+) -> dict[str, Any]:
     query = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
         query["checkpoint_id"] = checkpoint_id
@@ -136,7 +138,7 @@ def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
 def blob_keys_query(keys: Iterable[Key]) -> dict[str, Any]:
     """Match the value documents (all parts) of exact ``(thread, ns, channel, version)`` keys,
     one ``$in`` per thread, namespace and channel."""
-    groups: dict[tuple, list[Any]] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for thread_id, checkpoint_ns, channel, version in keys:
         groups.setdefault((thread_id, checkpoint_ns, channel), []).append(version)
     clauses = [
@@ -201,7 +203,7 @@ class Loaded:
     ) -> None:
         self.serde = serde
         self.blobs = {k: typed for k, (_, typed) in join(blob_docs, BLOB_KEY).items()}
-        writes: dict[Key, list[tuple[tuple, PendingWrite]]] = {}
+        writes: dict[Key, list[tuple[tuple[Any, ...], PendingWrite]]] = {}
         for key, (head, typed) in join(write_docs, WRITE_KEY).items():
             sort_key = writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"])
             write = (head["task_id"], head["channel"], serde.loads_typed(typed))

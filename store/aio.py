@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
-from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import AsyncClientOwner
-from mongo_ckpt.drivers import arun
+from mongo_ckpt.drivers import AsyncDriver
 from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 
 
-class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
+class AsyncMongoDBStore(AsyncClientOwner, AsyncDriver, MongoStoreBase):
     """LangGraph ``BaseStore`` on an asynchronous MongoDB client.
 
     Example:
@@ -30,7 +28,7 @@ class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
     """
 
     _saver_type = AsyncMongoDBSaver
-    _sweeper: asyncio.Task | None = None
+    _sweeper: asyncio.Task[None] | None = None
     _sweeper_stop: asyncio.Event
 
     async def setup(self) -> None:  # type: ignore[override]
@@ -38,7 +36,9 @@ class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
         as on LangGraph's other async stores; ``asetup`` is the same coroutine."""
         await self.asetup()
 
-    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task:
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Task[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s ``sweep_interval_minutes``, else 5) in a task on the running loop,
         as ``AsyncPostgresStore`` does; returns the task (the running one if started)."""
@@ -76,10 +76,3 @@ class AsyncMongoDBStore(AsyncClientOwner, MongoStoreBase):
             self._sweeper = task
             return False
         return True
-
-    async def _arun_op(self, operation: Operation) -> Any:
-        self._bind_running_loop()
-        return await arun(self.collections, operation)
-
-    def _run_op(self, operation: Operation) -> Any:
-        return self._on_loop(self._arun_op(operation))

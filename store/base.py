@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -17,29 +16,26 @@ from langgraph.store.base import (
     ensure_embeddings,
     validate_op_namespace,
 )
-from pymongo.errors import OperationFailure
 from typing_extensions import Self
 
+from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
 
-logger = logging.getLogger(__name__)
-# What asking for search indexes raises where there is no Atlas Search
-# (MongoDB Community, SecantusDB: OperationFailure; mongomock: NotImplementedError).
-SEARCH_UNAVAILABLE = (OperationFailure, NotImplementedError)
+T = TypeVar("T")
 
 
 class MongoStoreBase(BaseStore):
     """State and the public API common to ``MongoDBStore`` and ``AsyncMongoDBStore``.
 
-    Subclasses supply ``_run_op`` and ``_arun_op``, which run an operation as is.
+    Subclasses mix in the drivers ``_run`` and ``_arun``.
     """
 
     supports_ttl: bool = True
-    _saver_type: ClassVar[type]
+    _saver_type: ClassVar[type[MongoSaverBase]]
 
     def __init__(
         self,
@@ -72,7 +68,7 @@ class MongoStoreBase(BaseStore):
         """
         if _is_collection(client):  # MongoDBStore(collection, ttl_config=..., index_config=...)
             if isinstance(db_name, Mapping):  # the official positional order
-                db_name, ttl_config = DEFAULT_DB_NAME, db_name  # type: ignore[assignment]
+                db_name, ttl_config = DEFAULT_DB_NAME, db_name
             collection_name = client.name
             db_name = client.database.name
             client = client.database.client
@@ -81,7 +77,8 @@ class MongoStoreBase(BaseStore):
         ttl = ttl if ttl is not None else ttl_config
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
-        if ttl and ttl.get("default_ttl") is not None and not ttl["default_ttl"] > 0:
+        default_ttl = (ttl or {}).get("default_ttl")
+        if default_ttl is not None and not default_ttl > 0:
             raise ValueError(f"default_ttl must be a positive number of minutes or None, got {ttl}")
         if serde is not None and not all(
             callable(getattr(serde, name, None)) for name in ("dumps_typed", "loads_typed")
@@ -124,39 +121,30 @@ class MongoStoreBase(BaseStore):
             kwargs.setdefault("serde", saver.serde)
         return cls(saver.client, saver.db.name, **kwargs)
 
-    # -- drivers, supplied by the subclasses ---------------------------------
+    if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-    def _run_op(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        def _run(self, operation: Operation[T]) -> T: ...
 
-    async def _arun_op(self, operation: Operation) -> Any:
-        raise NotImplementedError
+        async def _arun(self, operation: Operation[T]) -> T: ...
 
-    def _run(self, operation: Operation) -> Any:
+    def _prepared(self, operation: Operation[T]) -> Operation[T]:
+        """``operation``, preceded by setup on first use."""
+        yield from self._setup_once()
+        return (yield from operation)
+
+    def _setup_once(self) -> Operation[None]:
+        """Index creation (and the vector index where there is one), unless done already."""
         if not self._is_setup:
-            self._setup_sync()
-        return self._run_op(operation)
-
-    async def _arun(self, operation: Operation) -> Any:
-        if not self._is_setup:
-            await self.asetup()
-        return await self._arun_op(operation)
+            yield from self.ops.setup()
+            self._is_setup = True
 
     # -- sync API -------------------------------------------------------------
 
     def setup(self) -> None:
         """Create the indexes and, where Atlas Vector Search exists, the vector index
         (idempotent; also done on first use). A coroutine on ``AsyncMongoDBStore``."""
-        self._setup_sync()
-
-    def _setup_sync(self) -> None:
-        self._run_op(self.ops.create_indexes())
-        if self.index_config and self.ops.vector_search is None:
-            try:
-                self.ops.vector_search = self._run_op(self.ops.ensure_search_index())
-            except SEARCH_UNAVAILABLE as exc:
-                self._without_vector_search(exc)
-        self._is_setup = True
+        self._is_setup = False
+        self._run(self._setup_once())
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
@@ -181,13 +169,8 @@ class MongoStoreBase(BaseStore):
 
     async def asetup(self) -> None:
         """Async ``setup``."""
-        await self._arun_op(self.ops.create_indexes())
-        if self.index_config and self.ops.vector_search is None:
-            try:
-                self.ops.vector_search = await self._arun_op(self.ops.ensure_search_index())
-            except SEARCH_UNAVAILABLE as exc:
-                self._without_vector_search(exc)
-        self._is_setup = True
+        self._is_setup = False
+        await self._arun(self._setup_once())
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async ``batch``."""
@@ -223,10 +206,6 @@ class MongoStoreBase(BaseStore):
     @property
     def _dims(self) -> int:
         return self.index_config["dims"] if self.index_config else 0
-
-    def _without_vector_search(self, reason: Exception) -> None:
-        logger.info("no Atlas Vector Search on this server (%s): exact vector search", reason)
-        self.ops.vector_search = False
 
 
 def _validated(ops: Iterable[Op]) -> list[Op]:

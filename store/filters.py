@@ -157,7 +157,7 @@ def _operator(reached: Reached, op: str, operand: Any) -> bool:
     if op == "$nin":
         return not any(_equal_any(reached, candidate) for candidate in operand)
     if op == "$exists":
-        return any(v is not _MISSING for v, _ in reached) == operand
+        return bool(any(v is not _MISSING for v, _ in reached) == operand)
     if op == "$type":  # only {"$type": "object"}, for an empty nested filter
         return _any_value(reached, lambda v: isinstance(v, Mapping))
     if operand is None:  # null is only equal to null (or a missing field), never above or below
@@ -226,7 +226,7 @@ def _compare(a: Any, b: Any) -> int:
 
 
 def _order(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
+    return int(a > b) - int(a < b)
 
 
 def _is_nan(value: Any) -> bool:

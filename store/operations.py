@@ -16,6 +16,7 @@ the page is cut; the calls per batch stay the same.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,8 +34,20 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
+from pymongo.errors import OperationFailure
 
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import (
+    Operation,
+    WriteRequest,
+    aggregate,
+    bulk_write,
+    create_indexes,
+    create_search_index,
+    delete_many,
+    find,
+    find_cursor,
+    next_batch,
+)
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.store import documents, reading
 from mongo_ckpt.store.filters import matches, value_clauses
@@ -52,7 +65,12 @@ from mongo_ckpt.store.vectors import (
     vector_search_stage,
 )
 
+logger = logging.getLogger(__name__)
+
 STORE = "store"
+# What asking for search indexes raises where there is no Atlas Search
+# (MongoDB Community, SecantusDB: OperationFailure; mongomock: NotImplementedError).
+SEARCH_UNAVAILABLE = (OperationFailure, NotImplementedError)
 MAX_READ_BATCH = 1000  # documents decoded per step while filtering in Python
 
 
@@ -82,19 +100,26 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def create_indexes(self) -> Operation:
-        yield Call(STORE, "create_indexes", (documents.index_models(),))
+    def setup(self) -> Operation[None]:
+        """The indexes and, unless known already, the vector index where Atlas has one."""
+        yield from create_indexes(STORE, documents.index_models())
+        if self.index and self.vector_search is None:
+            try:
+                self.vector_search = yield from self.ensure_search_index()
+            except SEARCH_UNAVAILABLE as exc:
+                logger.info("no Atlas Vector Search on this server (%s): exact vector search", exc)
+                self.vector_search = False
 
-    def ensure_search_index(self) -> Operation:
+    def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
         assert self.index
         pipeline = [{"$listSearchIndexes": {"name": SEARCH_INDEX_NAME}}]
-        if not (yield Call(STORE, "aggregate", (pipeline,))):
-            yield Call(STORE, "create_search_index", (search_index_model(self.index["dims"]),))
+        if not (yield from aggregate(STORE, pipeline)):
+            yield from create_search_index(STORE, search_index_model(self.index["dims"]))
         return True
 
-    def sweep_ttl(self) -> Operation:
-        result = yield Call(STORE, "delete_many", (documents.expired(documents.utc_now()),))
+    def sweep_ttl(self) -> Operation[int]:
+        result = yield from delete_many(STORE, documents.expired(documents.utc_now()))
         return result.deleted_count
 
     # -- batch ----------------------------------------------------------------
@@ -135,7 +160,7 @@ class StoreOperations:
                 documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
             _check_value_size(op.namespace, key, op.value)
-        if op.index not in (None, False) and (
+        if op.index is not None and op.index is not False and (
             isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
         ):
             raise TypeError(f"index must be False, None or a list of field paths, got {op.index!r}")
@@ -147,16 +172,15 @@ class StoreOperations:
         """The moment reads hide expired items at; ``None`` (show them) without omit_expired."""
         return now if self.omit_expired else None
 
-    def execute(self, plan: Plan, embedded: Embedded) -> Operation:
+    def execute(self, plan: Plan, embedded: Embedded) -> Operation[list[Result]]:
         now = documents.utc_now()
         results: list[Result] = [None] * plan.size
         read: list[Mapping[str, Any]] = []  # documents whose TTL the read refreshes
         if plan.gets:
-            docs = yield Call(
+            docs = yield from find(
                 STORE,
-                "find",
-                (reading.get_query(plan.gets, self._visible(now)),),
-                {"projection": documents.NO_VECTORS},
+                reading.get_query(plan.gets, self._visible(now)),
+                projection=documents.NO_VECTORS,
             )
             found = {key_of(doc): reading.opened(doc, self.serde) for doc in docs}
             for key, positions in plan.gets.items():
@@ -170,25 +194,18 @@ class StoreOperations:
             results[i] = [reading.search_item(doc, score) for score, doc in page]
             if op.refresh_ttl:
                 read.extend(doc for _, doc in page)
-        for i, op in plan.listings:
-            docs = (
-                (
-                    yield Call(
-                        STORE, "aggregate", (reading.namespaces_pipeline(op, self._visible(now)),)
-                    )
-                )
-                if op.limit
-                else []
-            )
-            results[i] = reading.namespaces(docs)
+        for i, listing in plan.listings:
+            pipeline = reading.namespaces_pipeline(listing, self._visible(now))
+            listed = (yield from aggregate(STORE, pipeline)) if listing.limit else []
+            results[i] = reading.namespaces(listed)
         writes = self._writes(plan, embedded, read, now)
         if writes:
-            yield Call(STORE, "bulk_write", (writes,), {"ordered": True})
+            yield from bulk_write(STORE, writes, ordered=True)
         return results
 
     def _search(
         self, op: SearchOp, clauses: list[dict[str, Any]], embedded: Embedded, now: datetime
-    ) -> Operation:
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
         """``[(score, document)]`` of one search page, values readable."""
         if not op.limit:
             return []
@@ -197,16 +214,13 @@ class StoreOperations:
         if not (op.query and self.index):
             if local:
                 return (yield from self._recent_matching(op, local, now))
-            docs = yield Call(
+            docs = yield from find(
                 STORE,
-                "find",
-                (reading.search_query(op.namespace_prefix, server, self._visible(now)),),
-                {
-                    "projection": documents.NO_VECTORS,
-                    "sort": documents.RECENT_FIRST,
-                    "skip": op.offset,
-                    "limit": op.limit,
-                },
+                reading.search_query(op.namespace_prefix, server, self._visible(now)),
+                projection=documents.NO_VECTORS,
+                sort=documents.RECENT_FIRST,
+                skip=op.offset,
+                limit=op.limit,
             )
             return [(None, reading.opened(doc, self.serde)) for doc in docs]
         query = embedded.queries[op.query]
@@ -217,29 +231,28 @@ class StoreOperations:
                 {"$match": reading.search_query((), server, self._visible(now))},
                 {"$project": {"embedding": 0}},
             ]
-            docs = yield Call(STORE, "aggregate", (pipeline,))
+            docs = yield from aggregate(STORE, pipeline)
         else:
             query_doc = reading.search_query(op.namespace_prefix, server, self._visible(now))
-            docs = yield Call(STORE, "find", (query_doc,), {"projection": {"embedding": 0}})
+            docs = yield from find(STORE, query_doc, projection={"embedding": 0})
         candidates = self._matching(docs, local)
         return ranked(query, candidates)[op.offset : op.offset + op.limit]
 
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
-    ) -> Operation:
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
         """A page of the newest items passing ``clauses``, filtered here: one ``find`` over
         the namespace, read only until the page is full."""
         wanted = op.offset + op.limit
-        cursor = yield Call(
+        cursor = yield from find_cursor(
             STORE,
-            "find",
-            (reading.search_query(op.namespace_prefix, (), self._visible(now)),),
-            {"projection": documents.NO_VECTORS, "sort": documents.RECENT_FIRST},
-            stream=True,
+            reading.search_query(op.namespace_prefix, (), self._visible(now)),
+            projection=documents.NO_VECTORS,
+            sort=documents.RECENT_FIRST,
         )
         found: list[Mapping[str, Any]] = []
         size = wanted
-        while len(found) < wanted and (docs := (yield NextBatch(cursor, size))):
+        while len(found) < wanted and (docs := (yield from next_batch(cursor, size))):
             found.extend(self._matching(docs, clauses))
             size = min(size * 4, MAX_READ_BATCH)
         return [(None, doc) for doc in found[op.offset : wanted]]
@@ -252,11 +265,10 @@ class StoreOperations:
 
     def _writes(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
-    ) -> list[Any]:
+    ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
         as one command, so this is at most two commands (one for a single put or delete)."""
-        upserts = [op for op in plan.puts.values() if op.value is not None]
-        deletes: list[Any] = [
+        deletes: list[WriteRequest] = [
             documents.delete_request(op.namespace, op.key)
             for op in plan.puts.values()
             if op.value is None
@@ -272,7 +284,8 @@ class StoreOperations:
                 self.serde,
                 now,
             )
-            for op in upserts
+            for op in plan.puts.values()
+            if op.value is not None
         ]
         return [*deletes, *documents.refresh_requests(read, now), *updates]
 

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from concurrent.futures import Future, TimeoutError
-from typing import Any
 
-from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import SyncClientOwner
-from mongo_ckpt.drivers import run
+from mongo_ckpt.drivers import SyncDriver
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 
 
-class MongoDBStore(SyncClientOwner, MongoStoreBase):
+class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase):
     """LangGraph ``BaseStore`` on ``pymongo.MongoClient`` (or mongomock).
 
     The async methods run the I/O in a worker thread.
@@ -29,10 +26,10 @@ class MongoDBStore(SyncClientOwner, MongoStoreBase):
     """
 
     _saver_type = MongoDBSaver
-    _sweeper: Future | None = None
+    _sweeper: Future[None] | None = None
     _sweeper_stop: threading.Event
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future:
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
         """Sweep expired items every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s ``sweep_interval_minutes``, else 5) in a daemon thread, as
         ``PostgresStore`` does; the future completes when the sweeper stops."""
@@ -40,7 +37,7 @@ class MongoDBStore(SyncClientOwner, MongoStoreBase):
             return self._sweeper
         interval = self._sweep_interval_seconds(sweep_interval_minutes)
         stop = self._sweeper_stop = threading.Event()
-        future: Future = Future()
+        future: Future[None] = Future()
 
         def sweep_forever() -> None:
             try:
@@ -71,9 +68,3 @@ class MongoDBStore(SyncClientOwner, MongoStoreBase):
             return False
         self._sweeper = None
         return True
-
-    def _run_op(self, operation: Operation) -> Any:
-        return run(self.collections, operation)
-
-    async def _arun_op(self, operation: Operation) -> Any:
-        return await asyncio.to_thread(self._run_op, operation)

@@ -85,9 +85,9 @@ async def aembed(embeddings: Embeddings | None, request: EmbeddingRequest, dims:
     if embeddings is None:
         return Embedded()
     texts = list(request.texts)
-    vectors, *queries = await asyncio.gather(
+    vectors, queries = await asyncio.gather(
         embeddings.aembed_documents(texts) if texts else _nothing(),
-        *(embeddings.aembed_query(q) for q in request.queries),
+        asyncio.gather(*(embeddings.aembed_query(q) for q in request.queries)),
     )
     return _assemble(request, vectors, queries, dims)
 
