@@ -33,6 +33,7 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
+from mongo_ckpt.layout import CHECKPOINTS
 from tests.graphs import Runner, thread
 
 CHANNEL = "messages"
@@ -262,6 +263,29 @@ class DefaultWalk:
             self.saver.get_delta_channel_history(config=config, channels=channels),
             base.get_delta_channel_history(self, config=config, channels=channels),
         )
+
+
+class HistoryWalks:
+    """Wraps a saver's ``checkpoints`` collection (``restore`` unwraps it) and keeps the
+    ``$graphLookup`` ``maxDepth`` of every history pipeline sent to it."""
+
+    def __init__(self, saver: MongoSaverBase) -> None:
+        self.saver = saver
+        self.inner = saver.collections[CHECKPOINTS]
+        self.max_depths: list[int] = []
+        saver.collections[CHECKPOINTS] = self
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def aggregate(self, pipeline: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        self.max_depths += [
+            stage["$graphLookup"]["maxDepth"] for stage in pipeline if "$graphLookup" in stage
+        ]
+        return self.inner.aggregate(pipeline, *args, **kwargs)
+
+    def restore(self) -> None:
+        self.saver.collections[CHECKPOINTS] = self.inner
 
 
 def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:

@@ -36,7 +36,7 @@ from mongo_ckpt.snapshot_distance import (
     walk_depth,
 )
 from tests.backends import count_calls
-from tests.delta_graphs import CHANNEL, DefaultWalk, Recorder, message_summary
+from tests.delta_graphs import CHANNEL, DefaultWalk, HistoryWalks, Recorder, message_summary
 from tests.graphs import thread
 from tests.perf.conversation import DELTA, chat_graph, converse
 
@@ -226,28 +226,6 @@ def test_snapshot_distances_keep_the_latest_entries() -> None:
     assert distances.walk_depth(2, ["a"]) == MAX_DEPTH
 
 
-class Pipelines:
-    """Wraps a collection; keeps every ``aggregate`` pipeline it is given."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.sent = inner, []
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-    def aggregate(self, pipeline: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
-        self.sent.append(pipeline)
-        return self.inner.aggregate(pipeline, *args, **kwargs)
-
-    def max_depths(self) -> list[int]:
-        return [
-            stage["$graphLookup"]["maxDepth"]
-            for pipeline in self.sent
-            for stage in pipeline
-            if "$graphLookup" in stage
-        ]
-
-
 def seed_distances(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
     """Per checkpoint id, how many checkpoints up its ``messages`` seed is (the root's
     distance when it has none), from the stored documents."""
@@ -282,20 +260,20 @@ def test_state_loads_walk_only_to_the_farthest_seed(saver: MongoDBSaver) -> None
     for method, args in recorder.calls:
         getattr(saver, method)(*args)
     graph = chat_graph(saver, DELTA, snapshot_frequency=4)
-    saver.collections[CHECKPOINTS] = pipelines = Pipelines(saver.collections[CHECKPOINTS])
+    walks = HistoryWalks(saver)
     distances = seed_distances(saver, "long")
     loads = 0
     for t in list(saver.list(thread("long"))):
         checkpoint_id = t.config["configurable"]["checkpoint_id"]
-        pipelines.sent.clear()
+        walks.max_depths.clear()
         state = graph.get_state(t.config)
         assert message_summary(state.values.get(CHANNEL, [])) == message_summary(
             reference.get_state(t.config).values.get(CHANNEL, [])
         )
-        if not pipelines.max_depths():
+        if not walks.max_depths:
             continue  # the checkpoint stores a snapshot: nothing to replay
         loads += 1
-        [depth] = pipelines.max_depths()
+        [depth] = walks.max_depths
         distance = distances[checkpoint_id]
         assert depth <= distance, checkpoint_id
         assert visited(saver, "long", checkpoint_id, depth) <= distance + 1, checkpoint_id
@@ -310,11 +288,10 @@ async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
     converse(recorder, 5, DELTA, "short", snapshot_frequency=4)
     await recorder.replay(asaver)
     latest = await asaver.aget_tuple(thread("short"))
-    pipelines = Pipelines(asaver.collections[CHECKPOINTS])
-    asaver.collections[CHECKPOINTS] = pipelines
+    walks = HistoryWalks(asaver)
     history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])
     steps = latest.metadata["counters_since_delta_snapshot"][CHANNEL][1]
-    assert pipelines.max_depths() == [steps - 1]
+    assert walks.max_depths == [steps - 1]
     expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
     assert history == expected
 
@@ -357,10 +334,10 @@ async def test_history_is_right_whatever_the_counters(
     configs = _put_chain(saver, claimed)
     target = saver.get_tuple(configs[-1])  # a read notes the counters, as LangGraph's loads do
     assert target is not None
-    saver.collections[CHECKPOINTS] = pipelines = Pipelines(saver.collections[CHECKPOINTS])
+    walks = HistoryWalks(saver)
     calls = count_calls(saver.collections)
     history = saver.get_delta_channel_history(config=configs[-1], channels=[CHANNEL])
-    assert pipelines.max_depths() == depths
+    assert walks.max_depths == depths
     assert sum(calls.values()) == len(depths)
     assert history == {
         CHANNEL: {
