@@ -46,7 +46,7 @@ def history_pipeline(
     names no id); the walk goes at most ``max_depth`` steps above its parent
     (``snapshot_distance.walk_depth``). Output: ``{"chain": [ancestor ids, nearest
     first], "cut": bool}`` once, then ``{"w": write part}`` and ``{"b": seed value
-    part}`` documents. Nothing when the target has no ancestor.
+    part}`` documents. Nothing when the target has no ancestor (mongomock: an empty chain).
     """
     return [
         *target_stages(target),
@@ -108,8 +108,8 @@ def chain_stages(
 
 
 def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:
-    """Adds ``l<i>`` to the chain document: the depth of channel ``i``'s seed (the nearest
-    entry storing it), or ``NO_SEED`` when the chain has none."""
+    """Adds ``s<i>`` to the chain document, channel ``i``'s seed (the nearest entry
+    storing it), and ``l<i>``, the seed's depth or ``NO_SEED`` when the chain has none."""
     nearest = {
         f"s{i}": {
             "$arrayElemAt": [
