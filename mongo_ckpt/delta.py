@@ -129,9 +129,6 @@ def work_item_stages(
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
     "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
     seed]}`` and, for a seeded channel, ``{"channel", "bj": its seed value's join key}``.
-
-    ``cut``: some channel has no seed and the walk stopped at ``max_depth`` although
-    the entry there has a parent, so a longer walk might find more.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
@@ -140,7 +137,24 @@ def work_item_stages(
     deepest: Any = "$l0"
     for i in range(1, len(names)):
         deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
-    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(len(names))]}
+    chain_item = _one({"chain": _ids_within(deepest), "cut": _cut(len(names), max_depth)})
+    write_items = [
+        _one({"channel": name, "ids": _ids_within(f"$l{i}", prefix)})
+        for i, name in enumerate(names)
+    ]
+    seed_items = [_seed_item(i, channel, prefix) for i, channel in enumerate(channels)]
+    items = {"$concatArrays": [chain_item, *write_items, *seed_items]}
+    return [
+        {"$project": {"_id": 0, "items": items}},
+        {"$unwind": "$items"},
+        {"$replaceRoot": {"newRoot": "$items"}},
+    ]
+
+
+def _cut(count: int, max_depth: int) -> dict[str, Any]:
+    """Whether one of ``count`` channels has no seed and the walk stopped at ``max_depth``
+    although the entry there has a parent, so a longer walk might find more."""
+    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
     beyond = {
         "$filter": {
             "input": "$chain",
@@ -148,43 +162,15 @@ def work_item_stages(
             "cond": {"$and": [{"$eq": ["$$a.depth", max_depth]}, {"$ne": ["$$a.parent", None]}]},
         }
     }
-    cut = {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
-    chain_item = _one({"chain": _ids_within(deepest), "cut": cut})
-    write_items = [
-        _one({"channel": name, "ids": _ids_within(f"$l{i}", prefix)})
-        for i, name in enumerate(names)
-    ]
-    seed_items = [
-        {
-            "$map": {
-                "input": {
-                    "$filter": {
-                        "input": "$chain",
-                        "as": "a",
-                        "cond": {"$eq": ["$$a.depth", f"$l{i}"]},
-                    }
-                },
-                "as": "a",
-                "in": {
-                    "channel": name,
-                    "bj": {
-                        "$concat": [
-                            prefix,
-                            {"$literal": channels[i] + JOIN_SEP},
-                            _seed_version(name),
-                        ]
-                    },
-                },
-            }
-        }
-        for i, name in enumerate(names)
-    ]
-    items = {"$concatArrays": [chain_item, *write_items, *seed_items]}
-    return [
-        {"$project": {"_id": 0, "items": items}},
-        {"$unwind": "$items"},
-        {"$replaceRoot": {"newRoot": "$items"}},
-    ]
+    return {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
+
+
+def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
+    """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
+    name = {"$literal": channel}
+    at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
+    join_key = {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, _seed_version(name)]}
+    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_key}}}
 
 
 def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
