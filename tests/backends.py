@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import mongomock
+import pytest
 
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 patch_mongomock_bulk()
@@ -21,6 +25,45 @@ BACKENDS = ["mock", "wire", "mongodb"]
 ASYNC_DRIVERS = [("mock", "mongomock_motor"), ("wire", "pymongo"), ("wire", "motor"),
                  ("mongodb", "pymongo"), ("mongodb", "motor")]
 SYNC_DRIVERS = [("mock", "mongomock"), ("wire", "pymongo"), ("mongodb", "pymongo")]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One backend driven through one driver, sync or async: what a test case runs on."""
+
+    backend: str
+    driver: str
+    is_async: bool
+
+    @property
+    def id(self) -> str:
+        """``mock-sync``, ``wire-async`` (PyMongo), ``wire-motor-async``..."""
+        motor = "-motor" if self.driver == "motor" else ""
+        return f"{self.backend}{motor}-{'async' if self.is_async else 'sync'}"
+
+    @property
+    def saver_class(self) -> type[MongoDBSaver] | type[AsyncMongoDBSaver]:
+        return AsyncMongoDBSaver if self.is_async else MongoDBSaver
+
+    def client(self) -> Any:
+        """A new client of this driver on this backend."""
+        if self.is_async:
+            return async_client(self.backend, self.driver)
+        return sync_client(self.backend)
+
+
+TARGETS = [Target(b, d, False) for b, d in SYNC_DRIVERS] + [
+    Target(b, d, True) for b, d in ASYNC_DRIVERS
+]
+
+
+def target_params(targets: Iterable[Target]) -> list[Any]:
+    """One ``pytest.param`` per target, with its id; those on the real server are marked
+    ``mongodb`` (skipped without ``MONGODB_URI``)."""
+    return [
+        pytest.param(t, id=t.id, marks=[pytest.mark.mongodb] if t.backend == "mongodb" else [])
+        for t in targets
+    ]
 
 _wire_server: Any = None
 _wire_storage: str | None = None
@@ -90,10 +133,14 @@ def async_client(backend: str, driver: str) -> Any:
     return AsyncMongoClient(uri_for(backend), **kwargs)
 
 
+async def maybe_await(value: Any) -> Any:
+    """``value``, awaited if it is awaitable (async drivers return coroutines or futures)."""
+    return await value if inspect.isawaitable(value) else value
+
+
 async def aclose(client: Any) -> None:
-    result = client.close()
-    if hasattr(result, "__await__"):
-        await result
+    """Close a sync or an async client."""
+    await maybe_await(client.close())
 
 
 class CountingCollection:

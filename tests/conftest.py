@@ -1,27 +1,33 @@
-"""Backend-parametrized fixtures: every saver test runs on mock, wire and (if set) mongodb."""
+"""Backend-parametrized fixtures: every saver and store test runs on mock, wire and (if set)
+mongodb; ``api`` also runs each test on the sync and the async saver."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from tests import backends
 from tests.backends import (
     ASYNC_DRIVERS,
     MONGODB_URI,
     SYNC_DRIVERS,
+    TARGETS,
+    Target,
     aclose,
     async_client,
+    maybe_await,
     stop_wire,
     sync_client,
+    target_params,
 )
-
-pytest_plugins = ["tests.store_support"]
+from tests.saver_support import Api
+from tests.store_support import StoreApi
 
 
 def _param(backend: str, driver: str) -> Any:
@@ -98,12 +104,29 @@ def client(request: Any) -> Iterator[Any]:
     c.close()
 
 
+@pytest.fixture(params=target_params(TARGETS))
+def target(request: Any) -> Target:
+    """Each backend with each driver, sync and async (``mock-sync``, ``wire-async``...)."""
+    return request.param
+
+
+@pytest.fixture
+async def api(target: Target, db_name: str) -> AsyncIterator[Api]:
+    """A set-up saver of ``target``'s kind in a fresh database, behind ``Api``."""
+    client = target.client()
+    api = Api(target.saver_class(client, db_name))
+    await api.setup()
+    yield api
+    await api.drop_database()
+    await aclose(client)
+
+
 @pytest.fixture
 async def asaver(aclient: Any, db_name: str) -> AsyncIterator[AsyncMongoDBSaver]:
     saver = AsyncMongoDBSaver(aclient, db_name)
     await saver.asetup()
     yield saver
-    await _drop(aclient, db_name)
+    await maybe_await(aclient.drop_database(db_name))
 
 
 @pytest.fixture
@@ -114,7 +137,35 @@ def saver(client: Any, db_name: str) -> Iterator[MongoDBSaver]:
     client.drop_database(db_name)
 
 
-async def _drop(client: Any, db_name: str) -> None:
-    result = client.drop_database(db_name)
-    if hasattr(result, "__await__"):
-        await result
+@pytest.fixture
+async def make_astore(
+    aclient: Any, db_name: str
+) -> AsyncIterator[Callable[..., AsyncMongoDBStore]]:
+    """Factory of ``AsyncMongoDBStore``s on the parametrized async client, in a fresh database."""
+
+    def make(**kwargs: Any) -> AsyncMongoDBStore:
+        return AsyncMongoDBStore(aclient, db_name, **kwargs)
+
+    yield make
+    await maybe_await(aclient.drop_database(db_name))
+
+
+@pytest.fixture
+def make_store(client: Any, db_name: str) -> Iterator[Callable[..., MongoDBStore]]:
+    """Factory of ``MongoDBStore``s on the parametrized sync client, in a fresh database."""
+
+    def make(**kwargs: Any) -> MongoDBStore:
+        return MongoDBStore(client, db_name, **kwargs)
+
+    yield make
+    client.drop_database(db_name)
+
+
+@pytest.fixture
+async def store_api(target: Target, db_name: str) -> AsyncIterator[StoreApi]:
+    """A store of ``target``'s kind in a fresh database, behind ``StoreApi``."""
+    client = target.client()
+    store_class = AsyncMongoDBStore if target.is_async else MongoDBStore
+    yield StoreApi(store_class(client, db_name))
+    await maybe_await(client.drop_database(db_name))
+    await aclose(client)

@@ -34,7 +34,8 @@ from typing_extensions import TypedDict
 from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.layout import CHECKPOINTS
-from tests.graphs import Runner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 CHANNEL = "messages"
 NO_SUCH_CHANNEL = "no_such_channel"
@@ -151,30 +152,30 @@ def generate(seed: int) -> tuple[Shape, list[Step]]:
 
 
 async def play(
-    run: Runner, graph: CompiledStateGraph, shape: Shape, steps: Sequence[Step], thread_id: str
+    api: Api, graph: CompiledStateGraph, shape: Shape, steps: Sequence[Step], thread_id: str
 ) -> None:
     """Run ``steps`` on ``thread_id``; step ``n`` is run ``run_id(thread_id, n)``."""
     latest = thread(thread_id)
     for step in steps:
         config = latest
         if step.at is not None:
-            history = [s for s in await run.history(graph, latest) if not is_stub(s.metadata)]
+            history = [s for s in await api.history(graph, latest) if not is_stub(s.metadata)]
             config = history[::-1][int(step.at * len(history))].config
         # LangGraph's server passes each run's id this way; it lands in checkpoint metadata.
         config = {**config, "metadata": {"run_id": run_id(thread_id, step.number)}}
         if step.kind == "resume":
-            await run.invoke(graph, None, config, durability=shape.durability)
+            await api.invoke(graph, None, config, durability=shape.durability)
         elif step.kind in ("invoke", "fork"):
             message = HumanMessage(f"input {step.number}", id=f"in{step.number}")
-            await run.invoke(graph, {"messages": [message]}, config, durability=shape.durability)
+            await api.invoke(graph, {"messages": [message]}, config, durability=shape.durability)
         else:
             number = step.number
             update: list[AnyMessage] = [HumanMessage(f"update {number}", id=f"up{number}")]
             if step.remove:
-                current = (await run.state(graph, config)).values.get(CHANNEL, [])
+                current = (await api.state(graph, config)).values.get(CHANNEL, [])
                 if current:
                     update.append(RemoveMessage(id=current[0].id))
-            await run.update(graph, config, {CHANNEL: update}, as_node=step.as_node)
+            await api.update(graph, config, {CHANNEL: update}, as_node=step.as_node)
 
 
 def run_id(thread_id: str, number: int) -> str:
@@ -214,19 +215,19 @@ def message_summary(messages: Sequence[AnyMessage]) -> list[tuple[str, str | Non
     return [(m.type, m.id, m.content) for m in messages]
 
 
-async def rebuilt(run: Runner, graph: CompiledStateGraph, config: RunnableConfig) -> tuple:
+async def rebuilt(api: Api, graph: CompiledStateGraph, config: RunnableConfig) -> tuple:
     """The state the graph rebuilds at ``config`` (any namespace): messages and next nodes."""
-    snapshot = await run.state(graph, config)
+    snapshot = await api.state(graph, config)
     return message_summary(snapshot.values.get(CHANNEL, [])), snapshot.next
 
 
 async def all_states(
-    run: Runner, graph: CompiledStateGraph, thread_id: str
+    api: Api, graph: CompiledStateGraph, thread_id: str
 ) -> dict[tuple[str, str], tuple]:
     """``rebuilt`` state of every checkpoint of every namespace, by (namespace, checkpoint id)."""
     return {
-        (namespace(t.config), checkpoint_id(t.config)): await rebuilt(run, graph, t.config)
-        for t in await run.checkpoints(thread(thread_id))
+        (namespace(t.config), checkpoint_id(t.config)): await rebuilt(api, graph, t.config)
+        for t in await api.list(thread(thread_id))
     }
 
 
@@ -308,13 +309,6 @@ async def documents(saver: MongoSaverBase, thread_id: str) -> dict[str, list[dic
     return out
 
 
-async def call(saver: MongoSaverBase, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``saver.<method>(...)`` or, on the async saver, ``await saver.a<method>(...)``."""
-    if isinstance(saver, AsyncMongoDBSaver):
-        return await getattr(saver, f"a{method}")(*args, **kwargs)
-    return getattr(saver, method)(*args, **kwargs)
-
-
 def is_mock(saver: MongoSaverBase) -> bool:
     """Whether ``saver`` runs on the in-process mongomock backend."""
     return any(cls.__module__.startswith("mongomock") for cls in type(saver.client).__mro__)
@@ -365,10 +359,10 @@ class Recorder(InMemorySaver):
             if method == "put" and channel in args[1]["channel_values"]
         ]
 
-    async def replay(self, saver: MongoSaverBase) -> None:
-        """Make the recorded calls, in order, on ``saver`` (its async API if it is async)."""
+    async def replay(self, api: Api) -> None:
+        """Make the recorded calls, in order, on ``api``'s saver."""
         for method, args in self.calls:
-            await call(saver, method, *args)
+            await api.call(method, *args)
 
 
 def _key_config(config: RunnableConfig) -> RunnableConfig:

@@ -1,18 +1,21 @@
-"""Helpers shared by the ``test_saver_*`` modules (this module holds no tests).
+"""Helpers shared by the saver and graph tests (this module holds no tests).
 
-``Api`` puts a sync or an async saver behind one awaitable interface, so each
-behaviour is written once and run on both savers (and, through the ``asaver``
-and ``saver`` fixtures, on every backend).
+``Api`` puts a sync or an async saver, and the graphs compiled on it, behind one awaitable
+interface, so each behaviour is written once and run on both savers (and, through the
+``api`` fixture, on every backend).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Iterable
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import bson
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import (
@@ -20,18 +23,18 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
 
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from tests.backends import count_calls, maybe_await, total
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
+Attempt = Callable[[], Awaitable[Any]]
 
 
-async def maybe_await(value: Any) -> Any:
-    """``value``, awaited if it is awaitable (async drivers return coroutines or futures)."""
-    return await value if inspect.isawaitable(value) else value
-
-
-class Awaitable:
+class AwaitableMethods:
     """An object whose methods are called through ``await wrapper.name(...)``: ``aname`` on
     an async object (``Async...`` classes), ``name`` on a sync one."""
 
@@ -50,21 +53,26 @@ class Awaitable:
         return getattr(self.target, name)(*args, **kwargs)
 
 
-class Api(Awaitable):
+class Api(AwaitableMethods):
     """A saver behind async methods: ``await api.put(...)`` calls ``aput`` on an async
-    saver and ``put`` on a sync one. Raw-collection helpers bypass the saver (and any
-    ``count_calls`` wrapper on ``saver.collections``).
+    saver and ``put`` on a sync one. Graphs compiled by ``compile`` run through the
+    matching graph API (the sync one in a worker thread, so concurrent runs really
+    overlap). Raw-collection helpers bypass the saver (and any ``count_calls`` wrapper
+    on ``saver.collections``).
     """
 
     def __init__(self, saver: Any) -> None:
         super().__init__(saver)
         self.saver = saver
 
-    def variant(self, db_name: str | None = None, **kwargs: Any) -> Api:
-        """Another saver of the same kind on the same client (same database by default)."""
-        return Api(type(self.saver)(self.saver.client, db_name or self.saver.db.name, **kwargs))
+    def reopened(self, db_name: str | None = None, **saver_options: Any) -> Api:
+        """A new saver of the same kind on the same client and (by default) the same
+        database, as after a process restart."""
+        saver = type(self.saver)(self.saver.client, db_name or self.saver.db.name, **saver_options)
+        return Api(saver)
 
     async def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple]:
+        """What the saver lists for ``config``, newest first."""
         return [item async for item in self.stream(config, **kwargs)]
 
     async def stream(
@@ -78,15 +86,42 @@ class Api(Awaitable):
             for item in self.saver.list(config, **kwargs):
                 yield item
 
-    async def invoke(self, graph: Any, inputs: Any, config: RunnableConfig) -> Any:
-        if self.is_async:
-            return await graph.ainvoke(inputs, config)
-        return graph.invoke(inputs, config)
+    # -- graphs ------------------------------------------------------------------
 
-    async def history(self, graph: Any, config: RunnableConfig) -> list[Any]:
+    def compile(self, builder: StateGraph, **kwargs: Any) -> CompiledStateGraph:
+        return builder.compile(checkpointer=self.saver, **kwargs)
+
+    async def _graph(self, graph: CompiledStateGraph, name: str, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
-            return [s async for s in graph.aget_state_history(config)]
-        return list(graph.get_state_history(config))
+            return await getattr(graph, f"a{name}")(*args, **kwargs)
+        return await asyncio.to_thread(getattr(graph, name), *args, **kwargs)
+
+    async def invoke(
+        self, graph: CompiledStateGraph, input: Any, config: RunnableConfig, **kwargs: Any
+    ) -> Any:
+        return await self._graph(graph, "invoke", input, config, **kwargs)
+
+    async def state(
+        self, graph: CompiledStateGraph, config: RunnableConfig, *, subgraphs: bool = False
+    ) -> StateSnapshot:
+        return await self._graph(graph, "get_state", config, subgraphs=subgraphs)
+
+    async def update(
+        self,
+        graph: CompiledStateGraph,
+        config: RunnableConfig,
+        values: Any,
+        as_node: str | None = None,
+    ) -> RunnableConfig:
+        return await self._graph(graph, "update_state", config, values, as_node)
+
+    async def history(
+        self, graph: CompiledStateGraph, config: RunnableConfig
+    ) -> list[StateSnapshot]:
+        """``get_state_history``, newest first."""
+        if self.is_async:
+            return [snapshot async for snapshot in graph.aget_state_history(config)]
+        return await asyncio.to_thread(lambda: list(graph.get_state_history(config)))
 
     # -- raw collections --------------------------------------------------------
 
@@ -194,3 +229,21 @@ async def assert_no_orphans(api: Api) -> None:
     }
     assert blobs - refs == set(), "blob documents no checkpoint refers to"
     assert writes - keys == set(), "write documents of deleted checkpoints"
+
+
+@asynccontextmanager
+async def untouched(api: Api) -> AsyncIterator[None]:
+    """The block makes no database call and leaves every collection as it was."""
+    before = await api.counts()
+    counter = count_calls(api.saver.collections)
+    yield
+    assert total(counter) == 0, counter
+    assert await api.counts() == before
+
+
+async def refuses(api: Api, attempts: Iterable[Attempt], error: type, text: str) -> None:
+    """Each attempt raises ``error`` with ``text`` in its message and touches nothing."""
+    for attempt in attempts:
+        async with untouched(api):
+            with pytest.raises(error, match=re.escape(text)):
+                await attempt()

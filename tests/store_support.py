@@ -1,16 +1,22 @@
-"""Shared helpers for the store tests (no tests here): store factories and a fake embedder."""
+"""Shared helpers for the store tests (no tests here): a fake embedder, document keys and
+``StoreApi``, a sync or async store behind one awaitable interface.
+
+The store fixtures (``make_store``, ``make_astore``, ``store_api``) are in ``conftest.py``."""
 
 from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
 
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.operations import STORE
+from tests.backends import count_calls, total
+from tests.saver_support import AwaitableMethods
 
 DIMS = 32
 
@@ -47,35 +53,31 @@ class FakeEmbeddings(Embeddings):
         return self.embed_query(text)
 
 
-async def _maybe_await(result: Any) -> Any:
-    if hasattr(result, "__await__"):
-        return await result
-    return result
-
-
-@pytest.fixture
-async def make_astore(
-    aclient: Any, db_name: str
-) -> AsyncIterator[Callable[..., AsyncMongoDBStore]]:
-    """Factory of ``AsyncMongoDBStore``s on the parametrized async client, in a fresh database."""
-
-    def make(**kwargs: Any) -> AsyncMongoDBStore:
-        return AsyncMongoDBStore(aclient, db_name, **kwargs)
-
-    yield make
-    await _maybe_await(aclient.drop_database(db_name))
-
-
-@pytest.fixture
-def make_store(client: Any, db_name: str) -> Iterator[Callable[..., MongoDBStore]]:
-    """Factory of ``MongoDBStore``s on the parametrized sync client, in a fresh database."""
-
-    def make(**kwargs: Any) -> MongoDBStore:
-        return MongoDBStore(client, db_name, **kwargs)
-
-    yield make
-    client.drop_database(db_name)
-
-
 def stored(docs: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], str]]:
     return sorted((tuple(d["namespace"]), d["key"]) for d in docs)
+
+
+class StoreApi(AwaitableMethods):
+    """A store behind async methods: ``await s.put(...)`` is ``aput`` or ``put``."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.store = store
+
+    async def items(self) -> list[tuple[Any, ...]]:
+        cursor = self.store.collections[STORE].find({})
+        docs = [d async for d in cursor] if self.is_async else list(cursor)
+        return sorted((tuple(d["namespace"]), d["key"], repr(d.get("value"))) for d in docs)
+
+    @asynccontextmanager
+    async def untouched(self) -> AsyncIterator[None]:
+        before = await self.items()
+        counter = count_calls(self.store.collections)
+        yield
+        assert total(counter) == 0, counter
+        assert await self.items() == before
+
+    async def refuses(self, attempt: Callable[[], Any], error: type, text: str) -> None:
+        async with self.untouched():
+            with pytest.raises(error, match=re.escape(text)):
+                await attempt()

@@ -17,7 +17,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
-from tests.backends import wire_uri
+from tests.backends import maybe_await, wire_uri
 
 METADATAS: list[dict[str, Any]] = [
     {"source": "input", "step": -1, "extra": {"a": 1, "b": "x"}},
@@ -218,18 +218,18 @@ async def test_async_ttl_sweeper_deletes_expired(make_astore: Any) -> None:
     store = make_astore(ttl={"default_ttl": 10, "sweep_interval_minutes": 1})
     await store.setup()
     collection = store.collections["store"]
-    await _await(collection.drop_index("expires_at"))  # only the sweeper deletes
+    await maybe_await(collection.drop_index("expires_at"))  # only the sweeper deletes
     await store.aput(("t",), "gone", {"v": 1})
     await store.aput(("t",), "kept", {"v": 1})
-    await _await(collection.update_one({"key": "gone"}, {"$set": {"expires_at": _past()}}))
+    await maybe_await(collection.update_one({"key": "gone"}, {"$set": {"expires_at": _past()}}))
     task = await store.start_ttl_sweeper(sweep_interval_minutes=0.001)
     assert await store.start_ttl_sweeper() is task  # already running
     for _ in range(200):
-        if await _await(collection.find_one({"key": "gone"})) is None:
+        if await maybe_await(collection.find_one({"key": "gone"})) is None:
             break
         await asyncio.sleep(0.02)
-    assert await _await(collection.find_one({"key": "gone"})) is None
-    assert await _await(collection.find_one({"key": "kept"})) is not None
+    assert await maybe_await(collection.find_one({"key": "gone"})) is None
+    assert await maybe_await(collection.find_one({"key": "kept"})) is not None
     assert await store.stop_ttl_sweeper(timeout=5) is True
     assert task.done()
     assert await store.stop_ttl_sweeper() is True
@@ -261,5 +261,3 @@ def test_sweep_interval_from_ttl_config(make_store: Any) -> None:
         store._sweep_interval_seconds(0)
 
 
-async def _await(result: Any) -> Any:
-    return await result if hasattr(result, "__await__") else result

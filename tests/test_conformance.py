@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from tests.backends import Target, aclose
 
 
 async def _check(name: str, make_saver: Any) -> None:
@@ -23,9 +23,10 @@ async def _check(name: str, make_saver: Any) -> None:
     }
 
 
-async def test_conformance_async(aclient: Any) -> None:
-    await _check("AsyncMongoDBSaver", lambda db: AsyncMongoDBSaver(aclient, db))
-
-
-async def test_conformance_sync(client: Any) -> None:
-    await _check("MongoDBSaver", lambda db: MongoDBSaver(client, db))
+async def test_conformance(target: Target) -> None:
+    client = target.client()
+    saver_class = target.saver_class
+    try:
+        await _check(saver_class.__name__, lambda db: saver_class(client, db))
+    finally:
+        await aclose(client)

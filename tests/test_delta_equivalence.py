@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.snapshot_distance import MAX_DEPTH
 from tests.delta_graphs import (
@@ -28,7 +27,6 @@ from tests.delta_graphs import (
     Step,
     builder,
     by_namespace,
-    call,
     checkpoint_id,
     generate,
     is_mock,
@@ -36,7 +34,8 @@ from tests.delta_graphs import (
     play,
     rebuilt,
 )
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 # 26 generated threads on the in-process backend, split between the sync and async APIs;
 # on a server, a few seeds chosen so that together they still cover every feature.
@@ -52,11 +51,11 @@ def _parent_id(t: CheckpointTuple) -> str | None:
     return checkpoint_id(t.parent_config) if t.parent_config else None
 
 
-async def check_thread(run: Runner, seed: int, seen: Counter) -> None:
+async def check_thread(api: Api, seed: int, seen: Counter) -> None:
     """Generate thread ``seed`` on a DeltaChannel graph and on its plain twin; compare."""
     shape, steps = generate(seed)
-    delta = await read_thread(run, shape, steps, f"delta-{seed}", seen)
-    plain = await read_thread(run, shape, steps, f"plain-{seed}", None)
+    delta = await read_thread(api, shape, steps, f"delta-{seed}", seen)
+    plain = await read_thread(api, shape, steps, f"plain-{seed}", None)
     assert [len(ns) for ns in delta] == [len(ns) for ns in plain], f"seed {seed}"
     for n, (delta_ns, plain_ns) in enumerate(zip(delta, plain)):
         for i, (d, p) in enumerate(zip(delta_ns, plain_ns)):
@@ -64,23 +63,23 @@ async def check_thread(run: Runner, seed: int, seen: Counter) -> None:
 
 
 async def read_thread(
-    run: Runner, shape: Shape, steps: list[Step], thread_id: str, seen: Counter | None
+    api: Api, shape: Shape, steps: list[Step], thread_id: str, seen: Counter | None
 ) -> list[list[tuple]]:
     """Play the scenario on a DeltaChannel graph (``seen`` given: also check the history of
     every checkpoint) or a plain one; return, per namespace in order of creation, each
     checkpoint's (source, step) and rebuilt state. The thread is deleted once read, so the
     in-process backend, which scans whole collections, stays fast."""
-    graph = run.compile(builder(shape, delta=seen is not None))
-    await play(run, graph, shape, steps, thread_id)
-    tuples = await run.checkpoints(thread(thread_id))
+    graph = api.compile(builder(shape, delta=seen is not None))
+    await play(api, graph, shape, steps, thread_id)
+    tuples = await api.list(thread(thread_id))
     if seen is not None:
-        await check_histories(run.saver, tuples, seen)
+        await check_histories(api.saver, tuples, seen)
         seen[shape.durability] += 1
     states = [
-        [(_source_step(t), await rebuilt(run, graph, t.config)) for t in ns]
+        [(_source_step(t), await rebuilt(api, graph, t.config)) for t in ns]
         for ns in by_namespace(tuples)
     ]
-    await call(run.saver, "delete_thread", thread_id)
+    await api.delete_thread(thread_id)
     return states
 
 
@@ -112,10 +111,14 @@ async def check_histories(
     seen["forks"] += any(n > 1 for (_, parent), n in parents.items() if parent)
 
 
-async def check_generated(run: Runner, seeds: Sequence[int]) -> None:
+async def test_generated_threads(api: Api) -> None:
+    if is_mock(api.saver):
+        seeds: Sequence[int] = ASYNC_SEEDS if api.is_async else SYNC_SEEDS
+    else:
+        seeds = SERVER_SEEDS
     seen: Counter = Counter()
     for seed in seeds:
-        await check_thread(run, seed, seen)
+        await check_thread(api, seed, seen)
     # The generated threads really exercised what the equivalence is about.
     for feature in (
         "seeded",
@@ -130,11 +133,3 @@ async def check_generated(run: Runner, seeds: Sequence[int]) -> None:
         "sync",
     ):
         assert seen[feature] > 0, f"no generated thread had {feature}: {seen}"
-
-
-async def test_generated_threads_sync(saver: MongoDBSaver) -> None:
-    await check_generated(SyncRunner(saver), SYNC_SEEDS if is_mock(saver) else SERVER_SEEDS)
-
-
-async def test_generated_threads_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_generated(AsyncRunner(asaver), ASYNC_SEEDS if is_mock(asaver) else SERVER_SEEDS)

@@ -17,7 +17,6 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
 from tests.delta_graphs import (
     CHANNEL,
@@ -25,7 +24,6 @@ from tests.delta_graphs import (
     Step,
     all_states,
     builder,
-    call,
     checkpoint_id,
     documents,
     namespace,
@@ -33,7 +31,8 @@ from tests.delta_graphs import (
     rebuilt,
     run_id,
 )
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 Key = tuple[str, str]
 
@@ -60,8 +59,8 @@ def key(t: CheckpointTuple) -> Key:
     return namespace(t.config), checkpoint_id(t.config)
 
 
-async def tuples(run: Runner, thread_id: str) -> dict[Key, CheckpointTuple]:
-    return {key(t): t for t in await run.checkpoints(thread(thread_id))}
+async def tuples(api: Api, thread_id: str) -> dict[Key, CheckpointTuple]:
+    return {key(t): t for t in await api.list(thread(thread_id))}
 
 
 def replays(t: CheckpointTuple) -> bool:
@@ -90,22 +89,22 @@ def latest_per_namespace(by_key: dict[Key, CheckpointTuple]) -> list[CheckpointT
     return list(latest.values())
 
 
-async def build(run: Runner, shape: Shape, steps: list[Step]) -> Any:
+async def build(api: Api, shape: Shape, steps: list[Step]) -> Any:
     """Thread "t" from ``steps`` and an unrelated thread "other"; returns the graph."""
-    graph = run.compile(builder(shape, delta=True))
-    await play(run, graph, shape, steps, "t")
-    await play(run, graph, shape, OTHER, "other")
+    graph = api.compile(builder(shape, delta=True))
+    await play(api, graph, shape, steps, "t")
+    await play(api, graph, shape, OTHER, "other")
     return graph
 
 
 async def assert_rebuilds(
-    run: Runner, graph: Any, thread_id: str, before: dict[Key, tuple]
+    api: Api, graph: Any, thread_id: str, before: dict[Key, tuple]
 ) -> dict[Key, CheckpointTuple]:
     """Every remaining checkpoint of ``thread_id`` rebuilds its state in ``before``."""
-    after = await tuples(run, thread_id)
+    after = await tuples(api, thread_id)
     assert set(after) <= set(before)
     for k, t in after.items():
-        assert await rebuilt(run, graph, t.config) == before[k], k
+        assert await rebuilt(api, graph, t.config) == before[k], k
     return after
 
 
@@ -124,10 +123,10 @@ async def assert_no_orphans(
 
 
 async def prune_and_check(
-    run: Runner, graph: Any, thread_id: str, states: dict[Key, tuple], latest_is_snapshot: bool
+    api: Api, graph: Any, thread_id: str, states: dict[Key, tuple], latest_is_snapshot: bool
 ) -> dict[Key, CheckpointTuple]:
     """``prune(keep_latest)`` one thread; check what remains. Returns the survivors."""
-    before = await tuples(run, thread_id)
+    before = await tuples(api, thread_id)
     latest = latest_per_namespace(before)
     root = next(t for t in latest if namespace(t.config) == "")
     assert (CHANNEL in root.checkpoint["channel_values"]) == latest_is_snapshot
@@ -135,29 +134,31 @@ async def prune_and_check(
     # Other branches and finished subgraph namespaces are never needed.
     assert allowed < set(before)
 
-    await call(run.saver, "prune", [thread_id], strategy="keep_latest")
+    await api.prune([thread_id], strategy="keep_latest")
 
-    after = await assert_rebuilds(run, graph, thread_id, states)
+    after = await assert_rebuilds(api, graph, thread_id, states)
     assert {key(t) for t in latest} <= set(after) <= allowed
-    await assert_no_orphans(run.saver, thread_id, after)
+    await assert_no_orphans(api.saver, thread_id, after)
     return after
 
 
-async def check_maintenance(run: Runner, shape: Shape) -> None:
+async def test_copy_prune_delete_for_runs(api: Api) -> None:
     """copy_thread, prune of the copy, delete_for_runs of an early run, prune of "t"."""
-    graph = await build(run, shape, STEPS)
-    before = await tuples(run, "t")
-    states = await all_states(run, graph, "t")
-    source = await documents(run.saver, "t")
-    other = await documents(run.saver, "other")
+    # The async saver runs the same operations without the subgraph, for time.
+    shape = FLAT_SHAPE if api.is_async else SHAPE
+    graph = await build(api, shape, STEPS)
+    before = await tuples(api, "t")
+    states = await all_states(api, graph, "t")
+    source = await documents(api.saver, "t")
+    other = await documents(api.saver, "other")
 
-    await call(run.saver, "copy_thread", "t", "copy")
-    assert await all_states(run, graph, "copy") == states
-    assert await documents(run.saver, "t") == source
+    await api.copy_thread("t", "copy")
+    assert await all_states(api, graph, "copy") == states
+    assert await documents(api.saver, "t") == source
 
     # The copy shares checkpoint ids with its source: pruning it must leave the source whole.
-    pruned_copy = await prune_and_check(run, graph, "copy", states, latest_is_snapshot=False)
-    assert await documents(run.saver, "t") == source
+    pruned_copy = await prune_and_check(api, graph, "copy", states, latest_is_snapshot=False)
+    assert await documents(api.saver, "t") == source
 
     runs = list(dict.fromkeys(t.metadata["run_id"] for _, t in sorted(before.items())))
     assert runs == [run_id("t", s.number) for s in STEPS]
@@ -168,40 +169,23 @@ async def check_maintenance(run: Runner, shape: Shape) -> None:
     assert removable and removable != in_run, "the run should have needed and unneeded checkpoints"
 
     # Runs are global: the copy holds checkpoints of the same runs and loses them too.
-    await call(run.saver, "delete_for_runs", [early])
+    await api.delete_for_runs([early])
 
-    after = await assert_rebuilds(run, graph, "t", states)
+    after = await assert_rebuilds(api, graph, "t", states)
     assert removable <= set(before) - set(after) <= in_run
-    await assert_no_orphans(run.saver, "t", after)
-    after_copy = await assert_rebuilds(run, graph, "copy", states)
+    await assert_no_orphans(api.saver, "t", after)
+    after_copy = await assert_rebuilds(api, graph, "copy", states)
     assert set(pruned_copy) - set(after_copy) <= in_run
-    await assert_no_orphans(run.saver, "copy", after_copy)
+    await assert_no_orphans(api.saver, "copy", after_copy)
 
-    await prune_and_check(run, graph, "t", states, latest_is_snapshot=False)
-    assert await documents(run.saver, "other") == other
+    await prune_and_check(api, graph, "t", states, latest_is_snapshot=False)
+    assert await documents(api.saver, "other") == other
 
 
-async def check_prune_when_latest_is_snapshot(run: Runner) -> None:
+async def test_prune_when_latest_is_snapshot(api: Api) -> None:
     """The latest checkpoint needs no ancestor, but the ones prune keeps must rebuild."""
-    graph = await build(run, SNAPSHOT_SHAPE, SNAPSHOT_STEPS)
-    states = await all_states(run, graph, "t")
-    other = await documents(run.saver, "other")
-    await prune_and_check(run, graph, "t", states, latest_is_snapshot=True)
-    assert await documents(run.saver, "other") == other
-
-
-async def test_copy_prune_delete_for_runs_sync(saver: MongoDBSaver) -> None:
-    await check_maintenance(SyncRunner(saver), SHAPE)
-
-
-async def test_copy_prune_delete_for_runs_async(asaver: AsyncMongoDBSaver) -> None:
-    # The same operations as the sync saver's; without the subgraph, for time.
-    await check_maintenance(AsyncRunner(asaver), FLAT_SHAPE)
-
-
-async def test_prune_when_latest_is_snapshot_sync(saver: MongoDBSaver) -> None:
-    await check_prune_when_latest_is_snapshot(SyncRunner(saver))
-
-
-async def test_prune_when_latest_is_snapshot_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_prune_when_latest_is_snapshot(AsyncRunner(asaver))
+    graph = await build(api, SNAPSHOT_SHAPE, SNAPSHOT_STEPS)
+    states = await all_states(api, graph, "t")
+    other = await documents(api.saver, "other")
+    await prune_and_check(api, graph, "t", states, latest_is_snapshot=True)
+    assert await documents(api.saver, "other") == other

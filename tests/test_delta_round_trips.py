@@ -14,25 +14,23 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.base import MongoSaverBase
 from tests.backends import count_calls, total
 from tests.delta_graphs import (
     CHANNEL,
     Recorder,
-    call,
     checkpoint_id,
     is_mock,
     message_summary,
 )
 from tests.graphs import thread
 from tests.perf.conversation import DELTA, chat_graph, converse
+from tests.saver_support import Api
 
 THREAD = "conversation"
 ONE_AGGREGATE = {("checkpoints", "aggregate"): 1}
 
 
-def size(saver: MongoSaverBase) -> tuple[int, int]:
+def size(api: Api) -> tuple[int, int]:
     """``(turns, snapshot_frequency)`` of the conversation to build in ``saver``.
 
     The 200-turn conversation of issue 3 where it is affordable: the sync API on a server.
@@ -40,19 +38,19 @@ def size(saver: MongoSaverBase) -> tuple[int, int]:
     every step, so a state load there costs seconds on 600 checkpoints. Elsewhere, a
     shorter conversation of the same shape (four snapshots).
     """
-    if is_mock(saver) or isinstance(saver, AsyncMongoDBSaver):
+    if is_mock(api.saver) or api.is_async:
         return 20, 10
     return 200, 100
 
 
-async def build(saver: MongoSaverBase) -> tuple[Any, Any, dict[str, RunnableConfig], int]:
-    """The conversation, stored in ``saver``: its graph there, the reference graph on the
-    in-memory saver, the checkpoints to load and the snapshot frequency."""
-    turns, frequency = size(saver)
+async def build(api: Api) -> tuple[Any, Any, dict[str, RunnableConfig], int]:
+    """The conversation, stored in ``api``'s saver: its graph there, the reference graph on
+    the in-memory saver, the checkpoints to load and the snapshot frequency."""
+    turns, frequency = size(api)
     recorder = Recorder()
     reference = converse(recorder, turns, DELTA, THREAD, frequency)
-    await recorder.replay(saver)
-    return chat_graph(saver, DELTA, frequency), reference, depths(recorder), frequency
+    await recorder.replay(api)
+    return chat_graph(api.saver, DELTA, frequency), reference, depths(recorder), frequency
 
 
 def depths(recorder: Recorder) -> dict[str, RunnableConfig]:
@@ -71,13 +69,12 @@ def depths(recorder: Recorder) -> dict[str, RunnableConfig]:
     }
 
 
-async def check_state_loads(saver: MongoSaverBase) -> None:
-    graph, reference, targets, frequency = await build(saver)
-    is_async = isinstance(saver, AsyncMongoDBSaver)
-    calls = count_calls(saver.collections)
+async def test_state_load_round_trips(api: Api) -> None:
+    graph, reference, targets, frequency = await build(api)
+    calls = count_calls(api.saver.collections)
     for where, config in targets.items():
         calls.clear()
-        snapshot = await graph.aget_state(config) if is_async else graph.get_state(config)
+        snapshot = await api.state(graph, config)
         assert total(calls) <= 3, f"{where}: {dict(calls)}"
         expected = reference.get_state(config)
         assert message_summary(snapshot.values[CHANNEL]) == message_summary(
@@ -85,18 +82,10 @@ async def check_state_loads(saver: MongoSaverBase) -> None:
         ), where
 
         calls.clear()
-        history = await call(saver, "get_delta_channel_history", config=config, channels=[CHANNEL])
+        history = await api.get_delta_channel_history(config=config, channels=[CHANNEL])
         assert calls == ONE_AGGREGATE, f"{where}: {dict(calls)}"
         writes = len(history[CHANNEL]["writes"])
         if where == "just before the next snapshot":
             assert ("seed" in history[CHANNEL], writes) == (True, frequency - 1)
         if where == "before any snapshot":
             assert ("seed" in history[CHANNEL], writes) == (False, frequency - 1)
-
-
-async def test_state_load_round_trips(saver: MongoDBSaver) -> None:
-    await check_state_loads(saver)
-
-
-async def test_state_load_round_trips_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_state_loads(asaver)

@@ -39,6 +39,7 @@ from tests.backends import count_calls
 from tests.delta_graphs import CHANNEL, DefaultWalk, HistoryWalks, Recorder, message_summary
 from tests.graphs import thread
 from tests.perf.conversation import DELTA, chat_graph, converse
+from tests.saver_support import Api
 
 NAMES = {CHECKPOINTS: "cp", BLOBS: "blobs", WRITES: "writes"}
 T, NS = "t", ""
@@ -286,7 +287,7 @@ def test_state_loads_walk_only_to_the_farthest_seed(saver: MongoDBSaver) -> None
 async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
     recorder = Recorder()
     converse(recorder, 5, DELTA, "short", snapshot_frequency=4)
-    await recorder.replay(asaver)
+    await recorder.replay(Api(asaver))
     latest = await asaver.aget_tuple(thread("short"))
     walks = HistoryWalks(asaver)
     history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])

@@ -6,25 +6,25 @@ import asyncio
 
 from langchain_core.messages import HumanMessage
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from tests.graphs import AsyncRunner, Runner, SyncRunner, chat_builder, contents, thread
+from tests.graphs import chat_builder, contents, thread
+from tests.saver_support import Api
 
 THREADS = 20
 
 
-async def check_concurrent_threads(run: Runner) -> None:
-    graph = run.compile(chat_builder())
+async def test_concurrent_threads(api: Api) -> None:
+    graph = api.compile(chat_builder())
 
     async def converse(thread_id: str) -> dict:
         for turn in (1, 2):
             message = {"messages": [HumanMessage(f"{thread_id} turn {turn}")]}
-            result = await run.invoke(graph, message, thread(thread_id))
+            result = await api.invoke(graph, message, thread(thread_id))
         return result
 
     thread_ids = [f"user-{n}" for n in range(THREADS)]
     results = await asyncio.gather(*(converse(t) for t in thread_ids))
 
-    stored = await asyncio.gather(*(run.checkpoints(thread(t)) for t in thread_ids))
+    stored = await asyncio.gather(*(api.list(thread(t)) for t in thread_ids))
     for thread_id, result, checkpoints in zip(thread_ids, results, stored):
         assert contents(result["messages"]) == [
             ("human", f"{thread_id} turn 1"),
@@ -39,11 +39,3 @@ async def check_concurrent_threads(run: Runner) -> None:
         for newer, older in zip(checkpoints, checkpoints[1:]):
             assert newer.parent_config == older.config
         assert len(set(ids)) == 6
-
-
-async def test_concurrent_threads_sync(saver: MongoDBSaver) -> None:
-    await check_concurrent_threads(SyncRunner(saver))
-
-
-async def test_concurrent_threads_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_concurrent_threads(AsyncRunner(asaver))

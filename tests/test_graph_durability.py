@@ -7,35 +7,33 @@ from collections import Counter
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from tests.graphs import (
     SEED_FINAL,
     SEED_INPUT,
-    AsyncRunner,
-    Runner,
-    SyncRunner,
     seed_builder,
     thread,
 )
+from tests.saver_support import Api
 
 DURABILITY = pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 # "exit" writes only the checkpoint the run ends on; the others write one per step.
 CHECKPOINTS_WRITTEN = {"sync": 4, "async": 4, "exit": 1}
 
 
-async def check_durability(run: Runner, durability: str) -> None:
+@DURABILITY
+async def test_durability(api: Api, durability: str) -> None:
     seen_by_node_b: list[int | None] = []
 
     def observe(node: str, config: RunnableConfig) -> None:
         """Record the step of the newest stored checkpoint while node_b runs."""
         if node == "node_b":
-            latest = run.saver.get_tuple(thread(config["configurable"]["thread_id"]))
+            latest = api.saver.get_tuple(thread(config["configurable"]["thread_id"]))
             seen_by_node_b.append(None if latest is None else latest.metadata["step"])
 
     calls: Counter = Counter()
-    graph = run.compile(seed_builder(calls, observe))
+    graph = api.compile(seed_builder(calls, observe))
     config = thread("t1")
-    assert await run.invoke(graph, SEED_INPUT, config, durability=durability) == SEED_FINAL
+    assert await api.invoke(graph, SEED_INPUT, config, durability=durability) == SEED_FINAL
     assert calls == {"node_a": 1, "node_b": 1}
 
     if durability == "sync":
@@ -45,20 +43,10 @@ async def check_durability(run: Runner, durability: str) -> None:
         # Nothing is stored until the run ends.
         assert seen_by_node_b == [None]
 
-    reopened = run.reopened()
+    reopened = api.reopened()
     state = await reopened.state(reopened.compile(seed_builder(calls)), config)
     assert (state.values, state.next) == (SEED_FINAL, ())
     assert (state.metadata["source"], state.metadata["step"]) == ("loop", 2)
-    stored = await reopened.checkpoints(config)
+    stored = await reopened.list(config)
     assert len(stored) == CHECKPOINTS_WRITTEN[durability]
     assert stored[0].config == state.config
-
-
-@DURABILITY
-async def test_durability_sync(saver: MongoDBSaver, durability: str) -> None:
-    await check_durability(SyncRunner(saver), durability)
-
-
-@DURABILITY
-async def test_durability_async(asaver: AsyncMongoDBSaver, durability: str) -> None:
-    await check_durability(AsyncRunner(asaver), durability)

@@ -12,8 +12,8 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 DURABILITY = pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 
@@ -50,18 +50,19 @@ def parallel_builder(calls: Counter) -> StateGraph:
     return builder
 
 
-async def check_resume_after_failure(run: Runner, durability: str) -> None:
+@DURABILITY
+async def test_resume_after_failure(api: Api, durability: str) -> None:
     calls: Counter = Counter()
     builder = parallel_builder(calls)
     config = thread("t1")
     with pytest.raises(RuntimeError, match="flaky is down"):
-        await run.invoke(run.compile(builder), {"log": ["in"]}, config, durability=durability)
+        await api.invoke(api.compile(builder), {"log": ["in"]}, config, durability=durability)
     assert calls == {"ok": 1, "flaky": 1}
 
     # A new process sees the failed superstep: ok's result and flaky's error are stored.
-    run = run.reopened()
-    graph = run.compile(builder)
-    state = await run.state(graph, config)
+    api = api.reopened()
+    graph = api.compile(builder)
+    state = await api.state(graph, config)
     assert state.next == ("flaky",)
     assert state.values == {"log": ["in", "ok"]}
     tasks = {t.name: t for t in state.tasks}
@@ -70,19 +71,9 @@ async def check_resume_after_failure(run: Runner, durability: str) -> None:
     assert "flaky is down" in tasks["flaky"].error
     assert tasks["flaky"].result is None
 
-    assert await run.invoke(graph, None, config, durability=durability) == {
+    assert await api.invoke(graph, None, config, durability=durability) == {
         "log": ["in", "flaky", "ok"]
     }
     assert calls == {"ok": 1, "flaky": 2}
-    state = await run.state(graph, config)
+    state = await api.state(graph, config)
     assert (state.next, state.values) == ((), {"log": ["in", "flaky", "ok"]})
-
-
-@DURABILITY
-async def test_resume_after_failure_sync(saver: MongoDBSaver, durability: str) -> None:
-    await check_resume_after_failure(SyncRunner(saver), durability)
-
-
-@DURABILITY
-async def test_resume_after_failure_async(asaver: AsyncMongoDBSaver, durability: str) -> None:
-    await check_resume_after_failure(AsyncRunner(asaver), durability)

@@ -8,16 +8,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from tests.graphs import (
     SEED_FINAL,
     SEED_INPUT,
-    AsyncRunner,
-    Runner,
-    SyncRunner,
     seed_builder,
     thread,
 )
+from tests.saver_support import Api
 
 
 class Form(TypedDict, total=False):
@@ -55,15 +52,15 @@ def form_builder(calls: Counter) -> StateGraph:
     return builder
 
 
-async def check_interrupt_and_resume(run: Runner) -> None:
+async def test_interrupt_and_resume(api: Api) -> None:
     calls: Counter = Counter()
     builder = form_builder(calls)
-    graph = run.compile(builder)
+    graph = api.compile(builder)
     config = thread("t1")
 
-    first = await run.invoke(graph, {"topic": "billing"}, config)
+    first = await api.invoke(graph, {"topic": "billing"}, config)
     assert [i.value for i in first["__interrupt__"]] == [{"question": "name?", "topic": "BILLING"}]
-    state = await run.state(graph, config)
+    state = await api.state(graph, config)
     assert state.next == ("ask",)
     assert state.values == {"topic": "BILLING"}
     assert [i.value for i in state.interrupts] == [{"question": "name?", "topic": "BILLING"}]
@@ -71,15 +68,15 @@ async def check_interrupt_and_resume(run: Runner) -> None:
     assert calls == {"prepare": 1, "ask": 1}
 
     # Each resume comes through a new saver: the interrupt and the earlier answer are stored.
-    run = run.reopened()
-    graph = run.compile(builder)
-    second = await run.invoke(graph, Command(resume="Ada"), config)
+    api = api.reopened()
+    graph = api.compile(builder)
+    second = await api.invoke(graph, Command(resume="Ada"), config)
     assert [i.value for i in second["__interrupt__"]] == [{"question": "email?", "name": "Ada"}]
-    assert (await run.state(graph, config)).next == ("ask",)
+    assert (await api.state(graph, config)).next == ("ask",)
 
-    run = run.reopened()
-    graph = run.compile(builder)
-    final = await run.invoke(graph, Command(resume="ada@example.org"), config)
+    api = api.reopened()
+    graph = api.compile(builder)
+    final = await api.invoke(graph, Command(resume="ada@example.org"), config)
     assert final == {
         "topic": "BILLING",
         "name": "Ada",
@@ -88,43 +85,27 @@ async def check_interrupt_and_resume(run: Runner) -> None:
     }
     # A resumed node restarts from its beginning; nodes before it never run again.
     assert calls == {"prepare": 1, "ask": 3, "finish": 1}
-    state = await run.state(graph, config)
+    state = await api.state(graph, config)
     assert (state.next, state.interrupts, state.values) == ((), (), final)
 
 
-async def check_interrupt_before(run: Runner) -> None:
+async def test_interrupt_before(api: Api) -> None:
     calls: Counter = Counter()
     builder = seed_builder(calls)
-    graph = run.compile(builder, interrupt_before=["node_b"])
+    graph = api.compile(builder, interrupt_before=["node_b"])
     config = thread("t1")
 
-    assert await run.invoke(graph, SEED_INPUT, config) == {"foo": "a", "bar": ["a"]}
-    state = await run.state(graph, config)
+    assert await api.invoke(graph, SEED_INPUT, config) == {"foo": "a", "bar": ["a"]}
+    state = await api.state(graph, config)
     assert state.next == ("node_b",)
     assert state.values == {"foo": "a", "bar": ["a"]}
     assert (state.metadata["source"], state.metadata["step"]) == ("loop", 1)
     assert calls == {"node_a": 1}
 
-    run = run.reopened()
-    graph = run.compile(builder, interrupt_before=["node_b"])
-    assert await run.invoke(graph, None, config) == SEED_FINAL
+    api = api.reopened()
+    graph = api.compile(builder, interrupt_before=["node_b"])
+    assert await api.invoke(graph, None, config) == SEED_FINAL
     assert calls == {"node_a": 1, "node_b": 1}
-    history = await run.history(graph, config)
+    history = await api.history(graph, config)
     assert [s.next for s in history] == [(), ("node_b",), ("node_a",), ("__start__",)]
     assert history[0].values == SEED_FINAL
-
-
-async def test_interrupt_and_resume_sync(saver: MongoDBSaver) -> None:
-    await check_interrupt_and_resume(SyncRunner(saver))
-
-
-async def test_interrupt_and_resume_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_interrupt_and_resume(AsyncRunner(asaver))
-
-
-async def test_interrupt_before_sync(saver: MongoDBSaver) -> None:
-    await check_interrupt_before(SyncRunner(saver))
-
-
-async def test_interrupt_before_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_interrupt_before(AsyncRunner(asaver))

@@ -19,8 +19,8 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 
 class Priority(enum.Enum):
@@ -142,67 +142,41 @@ def typed_builder(calls: Counter, flaky: bool = False) -> StateGraph:
     return builder
 
 
-async def check_state_round_trip(run: Runner) -> None:
+async def test_state_round_trip(api: Api) -> None:
     calls: Counter = Counter()
     builder = typed_builder(calls)
-    await run.invoke(run.compile(builder), INPUT, thread("t1"))
+    await api.invoke(api.compile(builder), INPUT, thread("t1"))
 
-    run = run.reopened()
-    graph = run.compile(builder)
-    history = await run.history(graph, thread("t1"))
+    api = api.reopened()
+    graph = api.compile(builder)
+    history = await api.history(graph, thread("t1"))
     assert_same(history[0].values, FINAL)
     assert_same(history[-1].values, {})  # the input checkpoint, before any channel is set
     assert_same(history[-2].values, INPUT)
     assert calls == {"produce": 1}
 
 
-async def check_pending_write_round_trip(run: Runner) -> None:
+async def test_pending_write_round_trip(api: Api) -> None:
     """A typed node result kept as a pending write (its step failed) comes back typed."""
     calls: Counter = Counter()
     builder = typed_builder(calls, flaky=True)
     with pytest.raises(RuntimeError, match="down"):
-        await run.invoke(run.compile(builder), INPUT, thread("t1"))
+        await api.invoke(api.compile(builder), INPUT, thread("t1"))
 
-    run = run.reopened()
-    graph = run.compile(builder)
-    state = await run.state(graph, thread("t1"))
+    api = api.reopened()
+    graph = api.compile(builder)
+    state = await api.state(graph, thread("t1"))
     (produce,) = [t for t in state.tasks if t.name == "produce"]
     assert_same(produce.result, produced(INPUT))
-    assert_same(await run.invoke(graph, None, thread("t1")), FINAL)
+    assert_same(await api.invoke(graph, None, thread("t1")), FINAL)
     assert calls == {"produce": 1, "fail_once": 2}
 
 
-async def check_strict_msgpack(run: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_strict_msgpack(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under LangGraph's strict msgpack mode the graph allowlists its state schema's types."""
     # What LANGGRAPH_STRICT_MSGPACK=true does at import time, for this test only.
     monkeypatch.setattr(graph_serde, "STRICT_MSGPACK_ENABLED", True)
-    run = run.reopened(serde=JsonPlusSerializer(allowed_msgpack_modules=None))
-    graph = run.compile(typed_builder(Counter()))
-    await run.invoke(graph, INPUT, thread("t1"))
-    assert_same((await run.state(graph, thread("t1"))).values, FINAL)
-
-
-async def test_state_round_trip_sync(saver: MongoDBSaver) -> None:
-    await check_state_round_trip(SyncRunner(saver))
-
-
-async def test_state_round_trip_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_state_round_trip(AsyncRunner(asaver))
-
-
-async def test_pending_write_round_trip_sync(saver: MongoDBSaver) -> None:
-    await check_pending_write_round_trip(SyncRunner(saver))
-
-
-async def test_pending_write_round_trip_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_pending_write_round_trip(AsyncRunner(asaver))
-
-
-async def test_strict_msgpack_sync(saver: MongoDBSaver, monkeypatch: pytest.MonkeyPatch) -> None:
-    await check_strict_msgpack(SyncRunner(saver), monkeypatch)
-
-
-async def test_strict_msgpack_async(
-    asaver: AsyncMongoDBSaver, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await check_strict_msgpack(AsyncRunner(asaver), monkeypatch)
+    api = api.reopened(serde=JsonPlusSerializer(allowed_msgpack_modules=None))
+    graph = api.compile(typed_builder(Counter()))
+    await api.invoke(graph, INPUT, thread("t1"))
+    assert_same((await api.state(graph, thread("t1"))).values, FINAL)

@@ -9,8 +9,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from tests.graphs import AsyncRunner, Runner, SyncRunner, thread
+from tests.graphs import thread
+from tests.saver_support import Api
 
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
@@ -59,16 +59,16 @@ def parent_builder(calls: Counter) -> StateGraph:
     return parent
 
 
-async def check_subgraph_namespaces(run: Runner) -> None:
+async def test_subgraph_namespaces(api: Api) -> None:
     calls: Counter = Counter()
     builder = parent_builder(calls)
-    graph = run.compile(builder)
+    graph = api.compile(builder)
     config = thread("t1")
 
-    first = await run.invoke(graph, {"topic": "mongo"}, config)
+    first = await api.invoke(graph, {"topic": "mongo"}, config)
     assert [i.value for i in first["__interrupt__"]] == [{"review": "draft about mongo"}]
 
-    state = await run.state(graph, config, subgraphs=True)
+    state = await api.state(graph, config, subgraphs=True)
     assert state.next == ("child",)
     assert state.values == {"topic": "mongo"}
     (task,) = state.tasks
@@ -84,39 +84,31 @@ async def check_subgraph_namespaces(run: Runner) -> None:
     assert inner.metadata["parents"] == {"": root_id}
 
     # Without subgraphs=True the task only points at the subgraph's namespace.
-    (plain_task,) = (await run.state(graph, config)).tasks
+    (plain_task,) = (await api.state(graph, config)).tasks
     assert plain_task.state["configurable"]["checkpoint_ns"] == namespace
 
     # The saver keeps each namespace's checkpoints apart.
-    nested = await run.checkpoints(thread("t1", checkpoint_ns=namespace))
+    nested = await api.list(thread("t1", checkpoint_ns=namespace))
     assert [c.metadata["step"] for c in nested] == [1, 0, -1]
     assert {c.config["configurable"]["checkpoint_ns"] for c in nested} == {namespace}
     assert all(c.metadata["parents"] == {"": root_id} for c in nested)
-    root = await run.checkpoints(thread("t1", checkpoint_ns=""))
+    root = await api.list(thread("t1", checkpoint_ns=""))
     assert [c.metadata["step"] for c in root] == [1, 0, -1]
     assert {c.config["configurable"]["checkpoint_ns"] for c in root} == {""}
     # A config without checkpoint_ns lists the thread's checkpoints of every namespace.
-    everything = await run.checkpoints(thread("t1"))
+    everything = await api.list(thread("t1"))
     assert (
         sorted(c.config["configurable"]["checkpoint_ns"] for c in everything)
         == [""] * 3 + [namespace] * 3
     )
 
-    run = run.reopened()
-    graph = run.compile(builder)
-    final = await run.invoke(graph, Command(resume="approved"), config)
+    api = api.reopened()
+    graph = api.compile(builder)
+    final = await api.invoke(graph, Command(resume="approved"), config)
     assert final == {"topic": "mongo", "text": "draft about mongo (approved)", "published": True}
     # Inside the subgraph only the interrupted node runs again.
     assert calls == {"plan": 1, "draft": 1, "review": 2, "publish": 1}
-    state = await run.state(graph, config, subgraphs=True)
+    state = await api.state(graph, config, subgraphs=True)
     assert (state.next, state.tasks, state.values) == ((), (), final)
-    nested = await run.checkpoints(thread("t1", checkpoint_ns=namespace))
+    nested = await api.list(thread("t1", checkpoint_ns=namespace))
     assert nested[0].checkpoint["channel_values"]["text"] == "draft about mongo (approved)"
-
-
-async def test_subgraph_namespaces_sync(saver: MongoDBSaver) -> None:
-    await check_subgraph_namespaces(SyncRunner(saver))
-
-
-async def test_subgraph_namespaces_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_subgraph_namespaces(AsyncRunner(asaver))

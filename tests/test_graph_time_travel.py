@@ -8,16 +8,13 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from tests.graphs import (
     SEED_FINAL,
     SEED_INPUT,
-    AsyncRunner,
-    Runner,
-    SyncRunner,
     seed_builder,
     thread,
 )
+from tests.saver_support import Api
 
 
 def checkpoint_id(snapshot: StateSnapshot) -> str:
@@ -39,29 +36,29 @@ def summary(history: list[StateSnapshot]) -> dict[str, tuple]:
     return {checkpoint_id(s): (s.values, s.next, s.metadata) for s in history}
 
 
-async def seeded(run: Runner) -> tuple[Counter, Any, RunnableConfig, list, Any]:
+async def seeded(api: Api) -> tuple[Counter, Any, RunnableConfig, list, Any]:
     """The seed graph run once on thread "t1": its call counter, builder, config,
     history and the snapshot just before node_b."""
     calls: Counter = Counter()
     builder = seed_builder(calls)
-    graph = run.compile(builder)
+    graph = api.compile(builder)
     config = thread("t1")
-    await run.invoke(graph, SEED_INPUT, config)
-    original = await run.history(graph, config)
+    await api.invoke(graph, SEED_INPUT, config)
+    original = await api.history(graph, config)
     return calls, builder, config, original, next(s for s in original if s.next == ("node_b",))
 
 
-async def check_replay(run: Runner) -> None:
-    calls, builder, config, original, before_b = await seeded(run)
+async def test_replay(api: Api) -> None:
+    calls, builder, config, original, before_b = await seeded(api)
 
-    run = run.reopened()
-    graph = run.compile(builder)
-    assert await run.invoke(graph, None, before_b.config) == SEED_FINAL
+    api = api.reopened()
+    graph = api.compile(builder)
+    assert await api.invoke(graph, None, before_b.config) == SEED_FINAL
     # node_a ran before the replayed checkpoint: it is not executed again.
     assert calls == {"node_a": 1, "node_b": 2}
 
     # The replay starts a new branch: a "fork" copy of the replayed checkpoint, then node_b.
-    history = await run.history(graph, config)
+    history = await api.history(graph, config)
     assert len(history) == len(original) + 2
     latest, fork = history[:2]
     assert (latest.values, latest.next, latest.metadata["step"]) == (SEED_FINAL, (), 3)
@@ -74,45 +71,29 @@ async def check_replay(run: Runner) -> None:
     assert summary(original).items() <= summary(history).items()
 
 
-async def check_fork(run: Runner) -> None:
-    calls, builder, config, original, before_b = await seeded(run)
+async def test_fork(api: Api) -> None:
+    calls, builder, config, original, before_b = await seeded(api)
 
     # Rewrite what node_a produced, then let the graph continue on the new branch.
-    run = run.reopened()
-    graph = run.compile(builder)
-    fork_config = await run.update(graph, before_b.config, {"foo": "x", "bar": ["x"]}, "node_a")
+    api = api.reopened()
+    graph = api.compile(builder)
+    fork_config = await api.update(graph, before_b.config, {"foo": "x", "bar": ["x"]}, "node_a")
     assert fork_config["configurable"]["checkpoint_id"] != checkpoint_id(before_b)
-    forked = await run.state(graph, fork_config)
+    forked = await api.state(graph, fork_config)
     assert forked.values == {"foo": "x", "bar": ["a", "x"]}
     assert forked.next == ("node_b",)
     assert forked.metadata["source"] == "update"
     assert forked.parent_config == before_b.config
     assert calls == {"node_a": 1, "node_b": 1}
 
-    assert await run.invoke(graph, None, fork_config) == {"foo": "b", "bar": ["a", "x", "b"]}
+    assert await api.invoke(graph, None, fork_config) == {"foo": "b", "bar": ["a", "x", "b"]}
     assert calls == {"node_a": 1, "node_b": 2}
 
-    history = await run.history(graph, config)
+    history = await api.history(graph, config)
     assert len(history) == len(original) + 2
     assert history[0].values == {"foo": "b", "bar": ["a", "x", "b"]}
     assert lineage(history, history[0])[1:] == [checkpoint_id(forked), *lineage(original, before_b)]
     # The original branch is intact and still readable at its own checkpoint.
     assert summary(original).items() <= summary(history).items()
-    assert (await run.state(graph, original[0].config)).values == SEED_FINAL
-    assert (await run.state(graph, config)).values == {"foo": "b", "bar": ["a", "x", "b"]}
-
-
-async def test_replay_sync(saver: MongoDBSaver) -> None:
-    await check_replay(SyncRunner(saver))
-
-
-async def test_replay_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_replay(AsyncRunner(asaver))
-
-
-async def test_fork_sync(saver: MongoDBSaver) -> None:
-    await check_fork(SyncRunner(saver))
-
-
-async def test_fork_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_fork(AsyncRunner(asaver))
+    assert (await api.state(graph, original[0].config)).values == SEED_FINAL
+    assert (await api.state(graph, config)).values == {"foo": "b", "bar": ["a", "x", "b"]}

@@ -7,8 +7,7 @@ database call, on the sync and the async saver and store, on every backend.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,13 +20,9 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.store.base import GetOp, PutOp
 from langgraph.store.memory import InMemoryStore
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.operations import CHECKPOINTS
-from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
-from mongo_ckpt.store.operations import STORE
-from tests.backends import count_calls, total
-from tests.saver_support import Api, Awaitable, put_chain
-from tests.test_saver_input_validation import refuses, untouched
+from tests.saver_support import Api, put_chain, refuses, untouched
+from tests.store_support import StoreApi
 
 MIB = 2**20
 
@@ -112,7 +107,7 @@ async def check_ttl_beyond_maximum(api: Api) -> None:
 
 
 async def _construct(api: Api, ttl: float) -> None:
-    api.variant(ttl=ttl)
+    api.reopened(ttl=ttl)
 
 
 CHECKS = [
@@ -126,42 +121,11 @@ CHECKS = [
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-async def test_saver_async(asaver: AsyncMongoDBSaver, check: Callable[[Api], Any]) -> None:
-    await check(Api(asaver))
-
-
-@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-async def test_saver_sync(saver: MongoDBSaver, check: Callable[[Api], Any]) -> None:
-    await check(Api(saver))
+async def test_saver(api: Api, check: Callable[[Api], Any]) -> None:
+    await check(api)
 
 
 # -- store ------------------------------------------------------------------------
-
-
-class StoreApi(Awaitable):
-    """A store behind async methods: ``await s.put(...)`` is ``aput`` or ``put``."""
-
-    def __init__(self, store: Any) -> None:
-        super().__init__(store)
-        self.store = store
-
-    async def items(self) -> list[tuple[Any, ...]]:
-        cursor = self.store.collections[STORE].find({})
-        docs = [d async for d in cursor] if self.is_async else list(cursor)
-        return sorted((tuple(d["namespace"]), d["key"], repr(d.get("value"))) for d in docs)
-
-    @asynccontextmanager
-    async def untouched(self) -> AsyncIterator[None]:
-        before = await self.items()
-        counter = count_calls(self.store.collections)
-        yield
-        assert total(counter) == 0, counter
-        assert await self.items() == before
-
-    async def refuses(self, attempt: Callable[[], Any], error: type, text: str) -> None:
-        async with self.untouched():
-            with pytest.raises(error, match=re.escape(text)):
-                await attempt()
 
 
 async def check_store_str_subclass(s: StoreApi) -> None:
@@ -255,10 +219,5 @@ STORE_CHECKS = [
 
 
 @pytest.mark.parametrize("check", STORE_CHECKS, ids=lambda c: c.__name__)
-async def test_store_async(make_astore: Callable[..., AsyncMongoDBStore], check: Any) -> None:
-    await check(StoreApi(make_astore()))
-
-
-@pytest.mark.parametrize("check", STORE_CHECKS, ids=lambda c: c.__name__)
-async def test_store_sync(make_store: Callable[..., MongoDBStore], check: Any) -> None:
-    await check(StoreApi(make_store()))
+async def test_store(store_api: StoreApi, check: Callable[[StoreApi], Any]) -> None:
+    await check(store_api)

@@ -11,7 +11,6 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, total
 from tests.saver_support import Api
@@ -39,8 +38,8 @@ async def store_secrets(api: Api) -> list[dict]:
     return stored
 
 
-async def check_nothing_in_plaintext(api: Api) -> None:
-    plain = api.variant(db_name=f"{api.saver.db.name}_plain")
+async def test_nothing_in_plaintext(api: Api) -> None:
+    plain = api.reopened(db_name=f"{api.saver.db.name}_plain")
     try:
         await store_secrets(plain)
         # The search finds the marker when the serializer does not encrypt.
@@ -48,7 +47,7 @@ async def check_nothing_in_plaintext(api: Api) -> None:
     finally:
         await plain.drop_database()
 
-    encrypted = api.variant(serde=ENCRYPTED)
+    encrypted = api.reopened(serde=ENCRYPTED)
     stored = await store_secrets(encrypted)
     assert MARKER.encode() not in await encrypted.raw_bytes()
     for doc in await encrypted.docs(CHECKPOINTS):
@@ -69,8 +68,8 @@ async def check_nothing_in_plaintext(api: Api) -> None:
     assert latest.pending_writes == [("task-1", "secret", f"write-{MARKER}")]
 
 
-async def check_filter_on_structural_metadata(api: Api) -> None:
-    encrypted = api.variant(serde=ENCRYPTED)
+async def test_filter_on_structural_metadata(api: Api) -> None:
+    encrypted = api.reopened(serde=ENCRYPTED)
     stored = await store_secrets(encrypted)
     found = await encrypted.list(None, filter={"source": "loop", "step": 1})
     assert [t.config for t in found] == [stored[0]]
@@ -79,15 +78,15 @@ async def check_filter_on_structural_metadata(api: Api) -> None:
     assert await encrypted.list(None, filter={"source": "input"}) == []
 
 
-async def check_filter_on_other_keys_needs_opt_in(api: Api) -> None:
-    encrypted = api.variant(serde=ENCRYPTED)
+async def test_filter_on_other_keys_needs_opt_in(api: Api) -> None:
+    encrypted = api.reopened(serde=ENCRYPTED)
     await store_secrets(encrypted)
     counter = count_calls(encrypted.saver.collections)
     with pytest.raises(ValueError, match="filterable_metadata_keys"):
         await encrypted.list(None, filter={"user": "alice"})
     assert total(counter) == 0
 
-    opted_in = api.variant(
+    opted_in = api.reopened(
         serde=ENCRYPTED,
         checkpoint_collection_name="opted_checkpoints",
         writes_collection_name="opted_writes",
@@ -100,27 +99,3 @@ async def check_filter_on_other_keys_needs_opt_in(api: Api) -> None:
     assert await opted_in.list(None, filter={"user": "bob"}) == []
     # Only the opted-in keys are in plain form; the other metadata stays encrypted.
     assert MARKER.encode() not in await opted_in.raw_bytes()
-
-
-async def test_nothing_in_plaintext_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_nothing_in_plaintext(Api(asaver))
-
-
-async def test_nothing_in_plaintext_sync(saver: MongoDBSaver) -> None:
-    await check_nothing_in_plaintext(Api(saver))
-
-
-async def test_filter_on_structural_metadata_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_filter_on_structural_metadata(Api(asaver))
-
-
-async def test_filter_on_structural_metadata_sync(saver: MongoDBSaver) -> None:
-    await check_filter_on_structural_metadata(Api(saver))
-
-
-async def test_filter_on_other_keys_needs_opt_in_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_filter_on_other_keys_needs_opt_in(Api(asaver))
-
-
-async def test_filter_on_other_keys_needs_opt_in_sync(saver: MongoDBSaver) -> None:
-    await check_filter_on_other_keys_needs_opt_in(Api(saver))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -16,32 +13,19 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
+from mongo_ckpt import ClientClosedError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import (
-    ASYNC_DRIVERS,
-    SYNC_DRIVERS,
+    TARGETS,
+    Target,
     aclose,
-    async_client,
-    count_calls,
     sync_client,
-    total,
+    target_params,
 )
-from tests.saver_support import Api, put_chain
+from tests.saver_support import Api, Attempt, put_chain, refuses
 
 # A query operator and a list: either would change what a query matches.
 BAD_IDS: list[Any] = [{"$ne": None}, ["t"]]
-Attempt = Callable[[], Awaitable[Any]]
-
-
-@asynccontextmanager
-async def untouched(api: Api) -> AsyncIterator[None]:
-    """The block makes no database call and leaves every collection as it was."""
-    before = await api.counts()
-    counter = count_calls(api.saver.collections)
-    yield
-    assert total(counter) == 0, counter
-    assert await api.counts() == before
 
 
 def config_calls(api: Api, config: RunnableConfig) -> dict[str, Attempt]:
@@ -54,15 +38,7 @@ def config_calls(api: Api, config: RunnableConfig) -> dict[str, Attempt]:
     }
 
 
-async def refuses(api: Api, attempts: Iterable[Attempt], error: type, text: str) -> None:
-    """Each attempt raises ``error`` with ``text`` in its message and touches nothing."""
-    for attempt in attempts:
-        async with untouched(api):
-            with pytest.raises(error, match=re.escape(text)):
-                await attempt()
-
-
-async def check_missing_thread_id(api: Api) -> None:
+async def test_missing_thread_id(api: Api) -> None:
     await put_chain(api, "t", 2, writes=True)
     for config in ({"configurable": {}}, {"configurable": {"checkpoint_id": "x"}}, {}):
         await refuses(api, config_calls(api, config).values(), ValueError, "thread_id")
@@ -90,7 +66,7 @@ def bad_id_attempts(api: Api, bad: Any) -> list[tuple[str, Attempt]]:
     ]
 
 
-async def check_identifier_not_a_string(api: Api) -> None:
+async def test_identifier_not_a_string(api: Api) -> None:
     await put_chain(api, "t", 2, writes=True)
     for bad in BAD_IDS:
         for text, attempt in bad_id_attempts(api, bad):
@@ -99,7 +75,7 @@ async def check_identifier_not_a_string(api: Api) -> None:
     await refuses(api, not_lists, TypeError, "must be a list of strings")
 
 
-async def check_metadata_filter_keys(api: Api) -> None:
+async def test_metadata_filter_keys(api: Api) -> None:
     await put_chain(api, "t", 2, writes=True)
     for key in ("$where", "$ne", "a\x00b", ""):
         await refuses(api, [partial(api.list, None, filter={key: 1})], ValueError, repr(key))
@@ -108,20 +84,20 @@ async def check_metadata_filter_keys(api: Api) -> None:
     await refuses(api, [attempt], ValueError, "'$gt'")
 
 
-async def check_put_writes_without_checkpoint_id(api: Api) -> None:
+async def test_put_writes_without_checkpoint_id(api: Api) -> None:
     await put_chain(api, "t", 2, writes=True)
     attempt = partial(api.put_writes, generate_config("t"), [("w", 1)], "task")
     await refuses(api, [attempt], ValueError, "checkpoint_id")
 
 
-async def check_unknown_prune_strategy(api: Api) -> None:
+async def test_unknown_prune_strategy(api: Api) -> None:
     await put_chain(api, "t", 2, writes=True)
     await refuses(api, [partial(api.prune, ["t"], strategy="bogus")], ValueError, "bogus")
     with pytest.raises(ValueError, match="keep_latest"):
         await api.prune(["t"], strategy="bogus")
 
 
-async def check_int_identifiers_are_strings(api: Api) -> None:
+async def test_int_identifiers_are_strings(api: Api) -> None:
     config: RunnableConfig = {"configurable": {"thread_id": 42, "checkpoint_ns": ""}}
     checkpoint = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": "1"})
     stored = await api.put(config, checkpoint, generate_metadata(), {"a": "1"})
@@ -140,122 +116,35 @@ async def check_int_identifiers_are_strings(api: Api) -> None:
     assert await api.counts() == {CHECKPOINTS: 0, BLOBS: 0, WRITES: 0}
 
 
-async def check_int_run_ids_are_strings(api: Api) -> None:
+async def test_int_run_ids_are_strings(api: Api) -> None:
     await put_chain(api, "t", 3, run_ids=[5, 5, 6])
     assert {d["run_id"] for d in await api.docs(CHECKPOINTS)} == {"5", "6"}
     await api.delete_for_runs([5])
     assert [t.metadata["step"] for t in await api.list(generate_config("t"))] == [2]
 
 
-async def test_missing_thread_id_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_missing_thread_id(Api(asaver))
-
-
-async def test_missing_thread_id_sync(saver: MongoDBSaver) -> None:
-    await check_missing_thread_id(Api(saver))
-
-
-async def test_identifier_not_a_string_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_identifier_not_a_string(Api(asaver))
-
-
-async def test_identifier_not_a_string_sync(saver: MongoDBSaver) -> None:
-    await check_identifier_not_a_string(Api(saver))
-
-
-async def test_metadata_filter_keys_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_metadata_filter_keys(Api(asaver))
-
-
-async def test_metadata_filter_keys_sync(saver: MongoDBSaver) -> None:
-    await check_metadata_filter_keys(Api(saver))
-
-
-async def test_put_writes_without_checkpoint_id_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_put_writes_without_checkpoint_id(Api(asaver))
-
-
-async def test_put_writes_without_checkpoint_id_sync(saver: MongoDBSaver) -> None:
-    await check_put_writes_without_checkpoint_id(Api(saver))
-
-
-async def test_unknown_prune_strategy_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_unknown_prune_strategy(Api(asaver))
-
-
-async def test_unknown_prune_strategy_sync(saver: MongoDBSaver) -> None:
-    await check_unknown_prune_strategy(Api(saver))
-
-
-async def test_int_identifiers_are_strings_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_int_identifiers_are_strings(Api(asaver))
-
-
-async def test_int_identifiers_are_strings_sync(saver: MongoDBSaver) -> None:
-    await check_int_identifiers_are_strings(Api(saver))
-
-
-async def test_int_run_ids_are_strings_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_int_run_ids_are_strings(Api(asaver))
-
-
-async def test_int_run_ids_are_strings_sync(saver: MongoDBSaver) -> None:
-    await check_int_run_ids_are_strings(Api(saver))
-
-
 # -- a closed client ------------------------------------------------------------
 # mongomock's close() does nothing, so this is about the real drivers.
 
 
-def _real(drivers: list[tuple[str, str]]) -> list[Any]:
-    return [
-        pytest.param(
-            pair,
-            id="-".join(pair),
-            marks=[pytest.mark.mongodb] if pair[0] == "mongodb" else [],
-        )
-        for pair in drivers
-        if pair[0] != "mock"
-    ]
-
-
-async def check_closed_client(api: Api, config: RunnableConfig) -> None:
+@pytest.mark.parametrize("target", target_params(t for t in TARGETS if t.backend != "mock"))
+async def test_closed_client(target: Target, db_name: str) -> None:
+    client = target.client()
+    api = Api(target.saver_class(client, db_name))
+    try:
+        [config] = await put_chain(api, "t", 1)
+    finally:
+        await aclose(client)
     attempts = [
         *config_calls(api, config).values(),
         partial(api.delete_thread, "t"),
         partial(api.copy_thread, "t", "u"),
         api.setup,
     ]
-    for attempt in attempts:
-        with pytest.raises(ClientClosedError, match="client was closed"):
-            await attempt()
-
-
-@pytest.mark.parametrize("backend_driver", _real(ASYNC_DRIVERS))
-async def test_closed_client_async(backend_driver: tuple[str, str], db_name: str) -> None:
-    client = async_client(*backend_driver)
-    api = Api(AsyncMongoDBSaver(client, db_name))
     try:
-        configs = await put_chain(api, "t", 1)
+        for attempt in attempts:
+            with pytest.raises(ClientClosedError, match="client was closed"):
+                await attempt()
     finally:
-        await aclose(client)
-    try:
-        await check_closed_client(api, configs[0])
-    finally:
-        with sync_client(backend_driver[0]) as cleanup:
-            cleanup.drop_database(db_name)
-
-
-@pytest.mark.parametrize("backend_driver", _real(SYNC_DRIVERS))
-async def test_closed_client_sync(backend_driver: tuple[str, str], db_name: str) -> None:
-    client = sync_client(backend_driver[0])
-    api = Api(MongoDBSaver(client, db_name))
-    try:
-        configs = await put_chain(api, "t", 1)
-    finally:
-        client.close()
-    try:
-        await check_closed_client(api, configs[0])
-    finally:
-        with sync_client(backend_driver[0]) as cleanup:
+        with sync_client(target.backend) as cleanup:
             cleanup.drop_database(db_name)

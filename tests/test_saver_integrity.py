@@ -232,10 +232,9 @@ BIG_A = random.Random(3).randbytes(20 * MB)
 BIG_B = random.Random(4).randbytes(20 * MB)
 
 
-async def check_big_write_cut_then_retried(target) -> None:
-    api = Api(target)
+async def test_big_write_cut_then_retried_with_another_value(api: Api) -> None:
     stored = await api.put(generate_config("big"), generate_checkpoint(), generate_metadata(), {})
-    faults = Faults(target.collections)
+    faults = Faults(api.saver.collections)
     faults.arm(Fault(0, "cut", 1))  # one tail part of A lands, then the connection drops
     with pytest.raises(AutoReconnect):
         await api.put_writes(stored, [("big", BIG_A)], "task")
@@ -245,11 +244,3 @@ async def check_big_write_cut_then_retried(target) -> None:
     await api.put_writes(stored, [("big", BIG_B)], "task")
     assert (await api.get_tuple(stored)).pending_writes == [("task", "big", BIG_B)]
     await api.delete_thread("big")
-
-
-async def test_big_write_cut_then_retried_with_another_value_sync(saver) -> None:
-    await check_big_write_cut_then_retried(saver)
-
-
-async def test_big_write_cut_then_retried_with_another_value_async(asaver) -> None:
-    await check_big_write_cut_then_retried(asaver)

@@ -12,7 +12,6 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.saver_support import Api
 
@@ -22,7 +21,7 @@ MAX_DOCUMENT = 16 * MB
 BIG = random.Random(20).randbytes(20 * MB)
 
 
-async def check_big_value_and_write(api: Api) -> None:
+async def test_big_value_and_write(api: Api) -> None:
     checkpoint = generate_checkpoint(
         channel_values={"big": BIG, "small": "s"}, channel_versions={"big": "1", "small": "1"}
     )
@@ -49,7 +48,7 @@ async def assert_intact(api: Api, thread_id: str) -> None:
     assert found.pending_writes == [("task", "big", BIG[::-1]), ("task", "small", "w")]
 
 
-async def check_special_write_shrinks(api: Api) -> None:
+async def test_special_write_shrinks(api: Api) -> None:
     """A special channel overwritten by a smaller value reads back the new value, although
     the earlier value had more parts than the new one."""
     checkpoint = generate_checkpoint()
@@ -58,19 +57,3 @@ async def check_special_write_shrinks(api: Api) -> None:
     await api.put_writes(stored, [("__error__", "small error")], "task")
     found = await api.get_tuple(stored)
     assert found.pending_writes == [("task", "__error__", "small error")]
-
-
-async def test_big_value_and_write_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_big_value_and_write(Api(asaver))
-
-
-async def test_big_value_and_write_sync(saver: MongoDBSaver) -> None:
-    await check_big_value_and_write(Api(saver))
-
-
-async def test_special_write_shrinks_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_special_write_shrinks(Api(asaver))
-
-
-async def test_special_write_shrinks_sync(saver: MongoDBSaver) -> None:
-    await check_special_write_shrinks(Api(saver))

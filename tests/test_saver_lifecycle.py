@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import gc
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_config
 
-from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
+from mongo_ckpt import ClientClosedError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
-from tests.backends import count_calls, sync_client, uri_for
-from tests.saver_support import LOGICAL, Api, maybe_await, put_chain, values_at
+from tests.backends import (
+    TARGETS,
+    Target,
+    count_calls,
+    maybe_await,
+    sync_client,
+    target_params,
+    uri_for,
+)
+from tests.saver_support import LOGICAL, Api, put_chain, values_at
 
 # The unique keys of DESIGN.md; an index may add ``part`` (chunks of a large payload).
 UNIQUE_KEYS = {
@@ -32,8 +41,8 @@ async def assert_unique_keys(api: Api) -> None:
         assert any(key[: len(fields)] == fields for key in keys), (logical, keys)
 
 
-async def check_setup_is_idempotent(api: Api) -> None:
-    fresh = api.variant(**NAMES)
+async def test_setup_is_idempotent(api: Api) -> None:
+    fresh = api.reopened(**NAMES)
     counter = count_calls(fresh.saver.collections)
     await fresh.setup()
     # One create_indexes call per collection.
@@ -44,8 +53,8 @@ async def check_setup_is_idempotent(api: Api) -> None:
     assert len(await fresh.list(generate_config("t"))) == 2
 
 
-async def check_setup_runs_on_first_use(api: Api) -> None:
-    fresh = api.variant(**NAMES)
+async def test_setup_runs_on_first_use(api: Api) -> None:
+    fresh = api.reopened(**NAMES)
     counter = count_calls(fresh.saver.collections)
     [config] = await put_chain(fresh, "t", 1)
     assert {m for (_, m) in counter} == {"create_indexes", "bulk_write", "update_one"}
@@ -57,8 +66,8 @@ async def check_setup_runs_on_first_use(api: Api) -> None:
     assert not any(method == "create_indexes" for (_, method) in counter)
 
 
-async def check_collection_names(api: Api) -> None:
-    named = api.variant(**NAMES)
+async def test_collection_names(api: Api) -> None:
+    named = api.reopened(**NAMES)
     await put_chain(named, "t", 2, writes=True)
     collections = set(await maybe_await(named.saver.db.list_collection_names()))
     assert set(NAMES.values()) <= collections
@@ -71,8 +80,8 @@ async def check_collection_names(api: Api) -> None:
     assert await api.get_tuple(generate_config("t")) is None
 
 
-async def check_given_client_stays_open(api: Api) -> None:
-    other = api.variant()
+async def test_given_client_stays_open(api: Api) -> None:
+    other = api.reopened()
     await put_chain(other, "t", 1)
     client = other.saver.client
     del other
@@ -86,72 +95,31 @@ async def check_given_client_stays_open(api: Api) -> None:
     )
 
 
-async def test_setup_is_idempotent_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_setup_is_idempotent(Api(asaver))
-
-
-async def test_setup_is_idempotent_sync(saver: MongoDBSaver) -> None:
-    await check_setup_is_idempotent(Api(saver))
-
-
-async def test_setup_runs_on_first_use_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_setup_runs_on_first_use(Api(asaver))
-
-
-async def test_setup_runs_on_first_use_sync(saver: MongoDBSaver) -> None:
-    await check_setup_runs_on_first_use(Api(saver))
-
-
-async def test_collection_names_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_collection_names(Api(asaver))
-
-
-async def test_collection_names_sync(saver: MongoDBSaver) -> None:
-    await check_collection_names(Api(saver))
-
-
-async def test_given_client_stays_open_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_given_client_stays_open(Api(asaver))
-
-
-async def test_given_client_stays_open_sync(saver: MongoDBSaver) -> None:
-    await check_given_client_stays_open(Api(saver))
-
-
 # -- from_conn_string owns its client ----------------------------------------------
 
-SERVERS = ["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)]
+# The default driver of each saver on each server.
+SERVERS = [t for t in TARGETS if t.backend != "mock" and t.driver == "pymongo"]
 
 
-async def check_owned_client_closed(api: Api) -> None:
-    with pytest.raises(ClientClosedError):
-        await api.get_tuple(generate_config("t"))
-    with pytest.raises(ClientClosedError):
-        await put_chain(api, "u", 1)
-
-
-@pytest.mark.parametrize("backend", SERVERS)
-async def test_from_conn_string_async(backend: str, db_name: str) -> None:
+@pytest.mark.parametrize("target", target_params(SERVERS))
+async def test_from_conn_string(target: Target, db_name: str) -> None:
+    opened = target.saver_class.from_conn_string(uri_for(target.backend), db_name)
     try:
-        async with AsyncMongoDBSaver.from_conn_string(uri_for(backend), db_name) as saver:
-            await put_chain(Api(saver), "t", 1)
-            found = await saver.aget_tuple(generate_config("t"))
+        async with AsyncExitStack() as stack:
+            if target.is_async:
+                saver = await stack.enter_async_context(opened)
+            else:
+                saver = stack.enter_context(opened)
+            api = Api(saver)
+            await put_chain(api, "t", 1)
+            found = await api.get_tuple(generate_config("t"))
             assert found.checkpoint["channel_values"] == values_at(0, "t")
-        await check_owned_client_closed(Api(saver))
+        with pytest.raises(ClientClosedError):
+            await api.get_tuple(generate_config("t"))
+        with pytest.raises(ClientClosedError):
+            await put_chain(api, "u", 1)
     finally:
-        _drop(backend, db_name)
-
-
-@pytest.mark.parametrize("backend", SERVERS)
-async def test_from_conn_string_sync(backend: str, db_name: str) -> None:
-    try:
-        with MongoDBSaver.from_conn_string(uri_for(backend), db_name) as saver:
-            await put_chain(Api(saver), "t", 1)
-            found = saver.get_tuple(generate_config("t"))
-            assert found.checkpoint["channel_values"] == values_at(0, "t")
-        await check_owned_client_closed(Api(saver))
-    finally:
-        _drop(backend, db_name)
+        _drop(target.backend, db_name)
 
 
 def _drop(backend: str, db_name: str) -> None:

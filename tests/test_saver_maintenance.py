@@ -11,7 +11,6 @@ from langgraph.checkpoint.conformance.test_utils import generate_config
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.saver_support import Api, assert_no_orphans, put_chain, values_at
 
@@ -35,7 +34,7 @@ def _thread(thread_id: str) -> dict:
     return {"configurable": {"thread_id": thread_id}}
 
 
-async def check_only_new_versions_get_blobs(api: Api) -> None:
+async def test_only_new_versions_get_blobs(api: Api) -> None:
     configs = await put_chain(api, "t", 5)
     # ``a`` changes at every checkpoint, ``b`` only at the first.
     assert await api.count(BLOBS, {"channel": "a"}) == 5
@@ -58,7 +57,7 @@ async def check_only_new_versions_get_blobs(api: Api) -> None:
         assert await api.count(BLOBS, {"thread_id": "g", "channel": channel}) == 2
 
 
-async def check_list_selection(api: Api) -> None:
+async def test_list_selection(api: Api) -> None:
     t = await put_chain(api, "t", 5, user="alice")
     child = await put_chain(api, "t", 2, ns="child", user="alice")
     u = await put_chain(api, "u", 3, user="bob")
@@ -94,7 +93,7 @@ async def check_list_selection(api: Api) -> None:
     assert latest.parent_config == t[3]
 
 
-async def check_delete_thread(api: Api) -> None:
+async def test_delete_thread(api: Api) -> None:
     await put_chain(api, "t", 3, writes=True)
     await put_chain(api, "t", 2, ns="child", writes=True)
     await put_chain(api, "u", 2, writes=True)
@@ -104,7 +103,7 @@ async def check_delete_thread(api: Api) -> None:
     assert await api.thread_docs("u") == others
 
 
-async def check_delete_for_runs(api: Api) -> None:
+async def test_delete_for_runs(api: Api) -> None:
     await put_chain(api, "t", 4, run_ids=["r1", "r1", "r2", "r2"], writes=True)
     await put_chain(api, "u", 2, run_ids=["r3", "r3"], writes=True)
     others = await api.thread_docs("u")
@@ -129,7 +128,7 @@ async def check_delete_for_runs(api: Api) -> None:
     assert await api.thread_docs("u") == others
 
 
-async def check_copy_thread(api: Api) -> None:
+async def test_copy_thread(api: Api) -> None:
     await put_chain(api, "t", 3, writes=True)
     await put_chain(api, "t", 2, ns="child", writes=True)
     await put_chain(api, "u", 2, writes=True)
@@ -158,7 +157,7 @@ async def check_copy_thread(api: Api) -> None:
     await assert_no_orphans(api)
 
 
-async def check_prune_keep_latest(api: Api) -> None:
+async def test_prune_keep_latest(api: Api) -> None:
     t = await put_chain(api, "t", 4, writes=True)
     child = await put_chain(api, "t", 3, ns="child", writes=True)
     await put_chain(api, "u", 2, writes=True)
@@ -179,7 +178,7 @@ async def check_prune_keep_latest(api: Api) -> None:
     assert await api.count(BLOBS, {"thread_id": "t"}) == 4  # a and b, per namespace
 
 
-async def check_prune_delete(api: Api) -> None:
+async def test_prune_delete(api: Api) -> None:
     await put_chain(api, "t", 3, writes=True)
     await put_chain(api, "t", 2, ns="child", writes=True)
     await put_chain(api, "v", 2, writes=True)
@@ -189,59 +188,3 @@ async def check_prune_delete(api: Api) -> None:
     for gone in ("t", "v"):
         assert await api.thread_docs(gone) == {CHECKPOINTS: [], BLOBS: [], WRITES: []}
     assert await api.thread_docs("u") == others
-
-
-async def test_only_new_versions_get_blobs_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_only_new_versions_get_blobs(Api(asaver))
-
-
-async def test_only_new_versions_get_blobs_sync(saver: MongoDBSaver) -> None:
-    await check_only_new_versions_get_blobs(Api(saver))
-
-
-async def test_list_selection_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_list_selection(Api(asaver))
-
-
-async def test_list_selection_sync(saver: MongoDBSaver) -> None:
-    await check_list_selection(Api(saver))
-
-
-async def test_delete_thread_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_delete_thread(Api(asaver))
-
-
-async def test_delete_thread_sync(saver: MongoDBSaver) -> None:
-    await check_delete_thread(Api(saver))
-
-
-async def test_delete_for_runs_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_delete_for_runs(Api(asaver))
-
-
-async def test_delete_for_runs_sync(saver: MongoDBSaver) -> None:
-    await check_delete_for_runs(Api(saver))
-
-
-async def test_copy_thread_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_copy_thread(Api(asaver))
-
-
-async def test_copy_thread_sync(saver: MongoDBSaver) -> None:
-    await check_copy_thread(Api(saver))
-
-
-async def test_prune_keep_latest_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_prune_keep_latest(Api(asaver))
-
-
-async def test_prune_keep_latest_sync(saver: MongoDBSaver) -> None:
-    await check_prune_keep_latest(Api(saver))
-
-
-async def test_prune_delete_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_prune_delete(Api(asaver))
-
-
-async def test_prune_delete_sync(saver: MongoDBSaver) -> None:
-    await check_prune_delete(Api(saver))

@@ -9,13 +9,12 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import count_calls, total
 from tests.saver_support import Api, put_chain, values_at
 
 
-async def check_put_and_put_writes(api: Api) -> None:
+async def test_put_and_put_writes(api: Api) -> None:
     configs = await put_chain(api, "t", 2)
     counter = count_calls(api.saver.collections)
     checkpoint = generate_checkpoint(
@@ -33,7 +32,7 @@ async def check_put_and_put_writes(api: Api) -> None:
     assert dict(counter) == {(WRITES, "bulk_write"): 1}
 
 
-async def check_get_tuple(api: Api) -> None:
+async def test_get_tuple(api: Api) -> None:
     configs = await put_chain(api, "t", 5, writes=True)
     counter = count_calls(api.saver.collections)
     latest = await api.get_tuple(generate_config("t"))
@@ -51,7 +50,7 @@ async def check_get_tuple(api: Api) -> None:
     assert total(counter) <= 3, counter
 
 
-async def check_list(api: Api) -> None:
+async def test_list(api: Api) -> None:
     await put_chain(api, "t", 50, writes=True)
     counter = count_calls(api.saver.collections)
     page = await api.list(generate_config("t"), limit=10)
@@ -71,7 +70,7 @@ async def check_list(api: Api) -> None:
     assert total(counter) <= 7, counter
 
 
-async def check_delete_thread(api: Api) -> None:
+async def test_delete_thread(api: Api) -> None:
     await put_chain(api, "t", 5, writes=True)
     await put_chain(api, "t", 3, ns="child", writes=True)
     counter = count_calls(api.saver.collections)
@@ -80,7 +79,7 @@ async def check_delete_thread(api: Api) -> None:
     assert await api.counts() == {CHECKPOINTS: 0, BLOBS: 0, WRITES: 0}
 
 
-async def check_list_streams(api: Api) -> None:
+async def test_list_streams(api: Api) -> None:
     await put_chain(api, "t", 60)
     counter = count_calls(api.saver.collections)
     stream = api.stream(generate_config("t"))
@@ -92,43 +91,3 @@ async def check_list_streams(api: Api) -> None:
     assert [t.metadata["step"] for t in rest] == list(range(58, -1, -1))
     assert counter[(BLOBS, "find")] > 1
     assert counter[(CHECKPOINTS, "find")] == 1
-
-
-async def test_put_and_put_writes_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_put_and_put_writes(Api(asaver))
-
-
-async def test_put_and_put_writes_sync(saver: MongoDBSaver) -> None:
-    await check_put_and_put_writes(Api(saver))
-
-
-async def test_get_tuple_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_get_tuple(Api(asaver))
-
-
-async def test_get_tuple_sync(saver: MongoDBSaver) -> None:
-    await check_get_tuple(Api(saver))
-
-
-async def test_list_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_list(Api(asaver))
-
-
-async def test_list_sync(saver: MongoDBSaver) -> None:
-    await check_list(Api(saver))
-
-
-async def test_delete_thread_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_delete_thread(Api(asaver))
-
-
-async def test_delete_thread_sync(saver: MongoDBSaver) -> None:
-    await check_delete_thread(Api(saver))
-
-
-async def test_list_streams_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_list_streams(Api(asaver))
-
-
-async def test_list_streams_sync(saver: MongoDBSaver) -> None:
-    await check_list_streams(Api(saver))

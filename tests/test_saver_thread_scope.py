@@ -11,10 +11,11 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.operations import BLOBS, WRITES
+from tests.backends import maybe_await
 from tests.faults import ByteCounter
-from tests.saver_support import Api, maybe_await, put_chain, values_at
+from tests.saver_support import Api, put_chain, values_at
 
 MB = 1024 * 1024
 COPIES = 5
@@ -70,7 +71,7 @@ def test_delta_history_read_is_thread_scoped(saver: MongoDBSaver) -> None:
     assert counter.bytes < MB
 
 
-async def check_documents_without_join_keys_are_backfilled(api: Api) -> None:
+async def test_backfill_join_keys(api: Api) -> None:
     configs = await put_chain(api, "t", 2, writes=True)
     for logical in (BLOBS, WRITES):  # as stored before join keys existed
         await maybe_await(api.raw(logical).update_many({}, {"$unset": {"join": ""}}))
@@ -80,11 +81,3 @@ async def check_documents_without_join_keys_are_backfilled(api: Api) -> None:
         found = await api.get_tuple(config)
         assert found.checkpoint["channel_values"] == values_at(step, "t")
         assert found.pending_writes == [(f"task-{step}", "w", f"w{step}")]
-
-
-async def test_backfill_join_keys_sync(saver: MongoDBSaver) -> None:
-    await check_documents_without_join_keys_are_backfilled(Api(saver))
-
-
-async def test_backfill_join_keys_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_documents_without_join_keys_are_backfilled(Api(asaver))

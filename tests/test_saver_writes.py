@@ -6,12 +6,11 @@ from __future__ import annotations
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.conformance.test_utils import generate_config
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import WRITES
 from tests.saver_support import Api, put_chain
 
 
-async def check_order(api: Api) -> None:
+async def test_order(api: Api) -> None:
     [config] = await put_chain(api, "t", 1)
     # Stored in an order that is neither insertion order nor task-id order.
     await api.put_writes(config, [("x", "z0"), ("y", "z1")], "task-a", "~__pregel_push, 2")
@@ -34,7 +33,7 @@ async def check_order(api: Api) -> None:
     assert listed.pending_writes == expected
 
 
-async def check_regular_writes_never_overwritten(api: Api) -> None:
+async def test_regular_writes_never_overwritten(api: Api) -> None:
     first, second = await put_chain(api, "t", 2)
     await api.put_writes(first, [("a", 1), ("b", 2)], "task")
     count = await api.count(WRITES)
@@ -47,7 +46,7 @@ async def check_regular_writes_never_overwritten(api: Api) -> None:
     assert (await api.get_tuple(second)).pending_writes == []
 
 
-async def check_special_channels_overwrite(api: Api) -> None:
+async def test_special_channels_overwrite(api: Api) -> None:
     [config] = await put_chain(api, "t", 1)
     specials = sorted(WRITES_IDX_MAP)
     assert {"__error__", "__interrupt__"} <= set(specials)
@@ -68,27 +67,3 @@ async def check_special_channels_overwrite(api: Api) -> None:
     writes = (await api.get_tuple(config)).pending_writes
     assert ("task", "__error__", "__error__-second") in writes
     assert ("task-2", "__error__", "other") in writes
-
-
-async def test_order_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_order(Api(asaver))
-
-
-async def test_order_sync(saver: MongoDBSaver) -> None:
-    await check_order(Api(saver))
-
-
-async def test_regular_writes_never_overwritten_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_regular_writes_never_overwritten(Api(asaver))
-
-
-async def test_regular_writes_never_overwritten_sync(saver: MongoDBSaver) -> None:
-    await check_regular_writes_never_overwritten(Api(saver))
-
-
-async def test_special_channels_overwrite_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_special_channels_overwrite(Api(asaver))
-
-
-async def test_special_channels_overwrite_sync(saver: MongoDBSaver) -> None:
-    await check_special_channels_overwrite(Api(saver))

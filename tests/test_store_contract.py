@@ -19,7 +19,7 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
-from tests.backends import count_calls, total, wire_uri
+from tests.backends import count_calls, maybe_await, total, wire_uri
 
 NAMESPACES = [
     ("a", "b", "c"),
@@ -237,14 +237,10 @@ async def test_setup_is_idempotent_and_creates_indexes(make_astore: Any) -> None
     await store.asetup()
     again = make_astore()
     await again.aput(("x",), "k", {"v": 1})  # setup on first use, on an existing collection
-    info = await _maybe_await(store.collections["store"].index_information())
+    info = await maybe_await(store.collections["store"].index_information())
     assert info["namespace_key"]["unique"] is True
     assert info["expires_at"]["expireAfterSeconds"] == 0
     assert "prefix_recency" in info
-
-
-async def _maybe_await(result: Any) -> Any:
-    return await result if hasattr(result, "__await__") else result
 
 
 def _wire_direct() -> str:

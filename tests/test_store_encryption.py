@@ -28,7 +28,7 @@ from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
 from mongo_ckpt.store.operations import StoreOperations
 from mongo_ckpt.store.reading import all_of
 from mongo_ckpt.store.vectors import Embedded, unit
-from tests.backends import count_calls, sync_client, total
+from tests.backends import count_calls, maybe_await, sync_client, total
 from tests.store_support import DIMS, FakeEmbeddings
 from tests.test_store_differential import OPS, _check
 from tests.test_store_filters import BAD_FILTERS, CASES, ITEMS
@@ -39,10 +39,6 @@ SECRETS = {
     "top": {"text": f"{MARKER} at the top", "n": 1},
     "nested": {"text": "plain words", "deep": {"list": ["a", {"x": MARKER}]}, MARKER: True},
 }
-
-
-async def _await(result: Any) -> Any:
-    return await result if hasattr(result, "__await__") else result
 
 
 def _find_all(names: Iterable[str]) -> Any:
@@ -58,7 +54,7 @@ async def _docs(store: Any) -> list[dict[str, Any]]:
 
 async def _database_bytes(db: Any) -> bytes:
     """Every document of every collection of ``db``, BSON-encoded."""
-    names = await _await(db.list_collection_names())
+    names = await maybe_await(db.list_collection_names())
     docs = await arun({name: db[name] for name in names}, _find_all(names))
     return b"".join(bson.encode(doc) for doc in docs)
 
@@ -323,11 +319,11 @@ def test_python_filter_decides_as_the_server(backend: str, db_name: str) -> None
 async def _set_expiry(store: Any, key: str, seconds: float) -> None:
     moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
     update = {"$set": {"expires_at": moment}}
-    await _await(store.collections["store"].update_one({"key": key}, update))
+    await maybe_await(store.collections["store"].update_one({"key": key}, update))
 
 
 async def _minutes_left(store: Any, key: str) -> float:
-    doc = await _await(store.collections["store"].find_one({"key": key}))
+    doc = await maybe_await(store.collections["store"].find_one({"key": key}))
     expires = doc["expires_at"].replace(tzinfo=timezone.utc)
     return (expires - datetime.now(timezone.utc)).total_seconds() / 60
 
@@ -336,7 +332,7 @@ async def test_ttl_expiry_and_refresh_of_filtered_reads(make_astore: Any) -> Non
     store = make_astore(serde=ENCRYPTED, ttl={"default_ttl": 10, "refresh_on_read": True})
     await store.asetup()
     # no TTL monitor: expired items stay stored, as they do for up to a minute on MongoDB
-    await _await(store.collections["store"].drop_index("expires_at"))
+    await maybe_await(store.collections["store"].drop_index("expires_at"))
     await store.aput(("t",), "gone", {"color": "red"})
     await store.aput(("t",), "red", {"color": "red"})
     await store.aput(("t",), "blue", {"color": "blue"})
@@ -396,7 +392,7 @@ async def test_from_saver_encrypts_with_the_savers_serde(aclient: Any, db_name: 
         # neither the store nor the checkpointer holds the marker in plaintext
         assert MARKER.encode() not in await _database_bytes(saver.db)
     finally:
-        await _await(aclient.drop_database(db_name))
+        await maybe_await(aclient.drop_database(db_name))
 
 
 def test_sync_from_saver_encrypts(client: Any, db_name: str) -> None:

@@ -10,21 +10,18 @@ import pytest
 from langgraph.store.base import GetOp, SearchOp
 
 from mongo_ckpt.store.documents import index_models
-
-
-async def _await(result: Any) -> Any:
-    return await result if hasattr(result, "__await__") else result
+from tests.backends import maybe_await
 
 
 async def _doc(store: Any, key: str) -> dict[str, Any] | None:
-    return await _await(store.collections["store"].find_one({"key": key}))
+    return await maybe_await(store.collections["store"].find_one({"key": key}))
 
 
 async def _expire_in(store: Any, key: str, seconds: float) -> None:
     """Move an item's expiry (into the past for a negative ``seconds``)."""
     moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
     update = {"$set": {"expires_at": moment}}
-    await _await(store.collections["store"].update_one({"key": key}, update))
+    await maybe_await(store.collections["store"].update_one({"key": key}, update))
 
 
 async def _expire(store: Any, key: str) -> None:
@@ -35,7 +32,7 @@ async def _no_ttl_monitor(store: Any) -> Any:
     """Set the store up, then drop its TTL index: expired items stay stored, as they do for
     up to a minute on MongoDB (mongomock and SecantusDB would delete them at once)."""
     await store.asetup()
-    await _await(store.collections["store"].drop_index("expires_at"))
+    await maybe_await(store.collections["store"].drop_index("expires_at"))
     return store
 
 
@@ -167,7 +164,7 @@ def test_sync_sweep_and_ttl(make_store: Any) -> None:
 async def test_ttl_index_lets_the_server_delete(make_astore: Any, request: Any) -> None:
     store = make_astore()
     await store.aput(("t",), "gone", {"v": 1}, ttl=60)
-    info = await _await(store.collections["store"].index_information())
+    info = await maybe_await(store.collections["store"].index_information())
     assert list(info["expires_at"]["key"]) == [("expires_at", 1)]
     assert info["expires_at"]["expireAfterSeconds"] == 0
     assert [m.document["name"] for m in index_models()] == [

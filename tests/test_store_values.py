@@ -9,6 +9,7 @@ import pytest
 from langgraph.store.base import PutOp
 
 from mongo_ckpt.store.documents import ESCAPE, escaped_key, original_value, stored_value
+from tests.backends import maybe_await
 from tests.store_support import DIMS, FakeEmbeddings
 
 SCHEMA: dict[str, Any] = {
@@ -83,7 +84,7 @@ async def test_stored_keys_are_data_not_operators(make_astore: Any) -> None:
     assert await store.asearch(("x",), filter={"b": 1}) != []
     assert [i.key for i in await store.asearch(("x",), filter={"b": 1})] == ["other"]
     # the document holds no field named like an operator or with a dot
-    doc = await _maybe(store.collections["store"].find_one({"key": "injection"}))
+    doc = await maybe_await(store.collections["store"].find_one({"key": "injection"}))
     assert all(not k.startswith("$") and "." not in k and k for k in doc["value"])
 
 
@@ -98,7 +99,3 @@ async def test_embeddings_see_the_original_keys(make_astore: Any) -> None:
     assert hit.value == {"$doc": "alpha beta", "a": {"b": "gamma"}}
 
 
-async def _maybe(result: Any) -> Any:
-    if hasattr(result, "__await__"):
-        return await result
-    return result

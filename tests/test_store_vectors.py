@@ -17,7 +17,7 @@ from pymongo.errors import OperationFailure
 from mongo_ckpt.calls import Call
 from mongo_ckpt.store.operations import StoreOperations
 from mongo_ckpt.store.vectors import SEARCH_INDEX_NAME, Embedded, unit
-from tests.backends import count_calls, total
+from tests.backends import count_calls, maybe_await, total
 from tests.store_support import DIMS, FakeEmbeddings
 
 DOCS = {
@@ -210,8 +210,7 @@ async def test_atlas_vector_search_on_a_server_that_has_it(make_astore: Any) -> 
 
 
 async def _raw(store: Any, key: str) -> dict[str, Any]:
-    doc = store.collections["store"].find_one({"key": key})
-    return await doc if hasattr(doc, "__await__") else doc
+    return await maybe_await(store.collections["store"].find_one({"key": key}))
 
 
 # -- the Atlas Vector Search path, driven without a server -------------------
