@@ -4,5 +4,13 @@ from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
+from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
 
-__all__ = ["AsyncMongoDBSaver", "ClientClosedError", "MissingValueError", "MongoDBSaver"]
+__all__ = [
+    "AsyncMongoDBSaver",
+    "ClientClosedError",
+    "MissingValueError",
+    "MongoDBSaver",
+    "SchemaTooNewError",
+    "SchemaUpgradeRequired",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.connection import AsyncClientOwner
 from mongo_ckpt.drivers import AsyncDriver
+from mongo_ckpt.schema import UPGRADE_LIMIT
 
 
 class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase):
@@ -21,7 +22,7 @@ class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase):
         >>> await graph.ainvoke(inputs, {"configurable": {"thread_id": "1"}})
     """
 
-    async def setup(self) -> None:  # type: ignore[override]
-        """Create the indexes (idempotent; also done on first use): ``await saver.setup()``,
-        as on ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
-        await self.asetup()
+    async def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:  # type: ignore[override]
+        """``MongoDBSaver.setup`` as a coroutine: ``await saver.setup()``, as on
+        ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
+        await self.asetup(upgrade_limit=upgrade_limit)

@@ -30,6 +30,7 @@ from mongo_ckpt.connection import (
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
+from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
 from mongo_ckpt.snapshot_distance import SnapshotDistances
 
 T = TypeVar("T")
@@ -105,8 +106,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             logical: with_write_concern(self.db[name], write_concern)
             for logical, name in self.layout.by_logical().items()
         }
+        self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
         self._is_setup = False
         self._snapshot_distances = SnapshotDistances()
+        self._upgrade_limit: int | None = UPGRADE_LIMIT
 
     @property
     def checkpoint_collection(self) -> Any:
@@ -150,9 +153,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return (yield from operation)
 
     def _setup_once(self) -> Operation[None]:
-        """Index creation, unless done already."""
+        """The layout version check (with indexes and upgrades), unless done already."""
         if not self._is_setup:
-            yield from self.ops.setup()
+            yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
 
     def _require_ttl(self) -> float:
@@ -175,10 +178,22 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     # -- sync API -------------------------------------------------------------
 
-    def setup(self) -> None:
-        """Create the indexes (idempotent; also done on first use)."""
+    def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
+        """Check the layout version and, for new or older collections, create the indexes,
+        upgrade the documents in place and record the version (idempotent; also done on
+        first use). One round trip when the version is current.
+
+        Raises ``SchemaTooNewError`` for data of a newer mongo-ckpt, and
+        ``SchemaUpgradeRequired`` when an upgrade would rewrite more than ``upgrade_limit``
+        documents (``None``: no limit, as ``mongo-ckpt upgrade`` runs it) or the collections
+        hold langgraph-checkpoint-mongodb data (``mongo-ckpt migrate`` converts it).
+        """
         self._is_setup = False
-        self._run(self._setup_once())
+        self._upgrade_limit = upgrade_limit
+        try:
+            self._run(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
@@ -239,7 +254,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def backfill_join_keys(self) -> int:
         """Add the thread-scoped ``join`` key to value and write documents written by an
-        earlier version (reads join on it); returns how many documents were updated."""
+        earlier version (reads join on it); returns how many documents were updated.
+        ``setup`` runs it when it upgrades layout version 1."""
         return self._run(self.ops.backfill_join_keys())
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -250,10 +266,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     # -- async API ------------------------------------------------------------
 
-    async def asetup(self) -> None:
+    async def asetup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
         """Async ``setup``."""
         self._is_setup = False
-        await self._arun(self._setup_once())
+        self._upgrade_limit = upgrade_limit
+        try:
+            await self._arun(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""

@@ -114,6 +114,18 @@ def next_batch(
     return (yield NextBatch(cursor, size))
 
 
+def find_one(collection: str, filter: Mapping[str, Any]) -> Calling[Document | None]:
+    """``collection.find_one(filter)``."""
+    return (yield Call(collection, "find_one", (filter,)))
+
+
+def count_documents(
+    collection: str, filter: Mapping[str, Any], *, limit: int | None = None
+) -> Calling[int]:
+    """``collection.count_documents(filter, ...)``."""
+    return (yield Call(collection, "count_documents", (filter,), _options(limit=limit)))
+
+
 def aggregate(collection: str, pipeline: Pipeline) -> Calling[list[Document]]:
     """``list(collection.aggregate(pipeline))``."""
     return (yield Call(collection, "aggregate", (pipeline,)))

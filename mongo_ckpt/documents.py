@@ -154,8 +154,12 @@ def write_requests(
     task_id: str,
     task_path: str,
     serde: SerializerProtocol,
+    idxs: Sequence[int] | None = None,
 ) -> list[UpdateOne]:
     """Upserts for pending writes: special channels overwrite, regular ones never do.
+
+    Each write's ``idx`` is its position (special channels: their ``WRITES_IDX_MAP``
+    slot) unless ``idxs`` gives them (a migration keeps the stored ones).
 
     Parts are keyed by the value's digest and written before the head. A regular
     write inserts its head only if none exists (first whole value wins); a special
@@ -164,9 +168,10 @@ def write_requests(
     """
     requests: list[Any] = []
     join = write_join(key["thread_id"], key["checkpoint_ns"], key["checkpoint_id"])
-    for idx, (channel, value) in enumerate(writes):
+    for position, (channel, value) in enumerate(writes):
         special = channel in WRITES_IDX_MAP
-        write_key = {**key, "task_id": task_id, "idx": WRITES_IDX_MAP.get(channel, idx)}
+        idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
+        write_key = {**key, "task_id": task_id, "idx": idx}
         vid = None
         for fields in split(*serde.dumps_typed(value)):
             part = fields.pop("part")

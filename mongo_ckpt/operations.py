@@ -19,6 +19,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
+from mongo_ckpt import schema
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -27,6 +28,7 @@ from mongo_ckpt.calls import (
     WriteRequest,
     aggregate,
     bulk_write,
+    count_documents,
     create_indexes,
     delete_many,
     distinct,
@@ -81,6 +83,7 @@ _KEY_FIELDS = {
 }
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 
 
 class CheckpointOperations:
@@ -99,10 +102,60 @@ class CheckpointOperations:
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
-    def setup(self) -> Operation[None]:
+    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
+        """Check the recorded layout version; upgrade and record it when older.
+
+        One round trip when the version is current. Unversioned collections are new
+        (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
+        langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
+        """
+        key = schema.saver_key(self.layout.checkpoints)
+        names = ", ".join(self.layout.by_logical().values())
+        where = f"database {db_name!r} (collections {names})"
+        found = yield from schema.read(key, where)
+        if found == schema.SAVER_SCHEMA_VERSION:
+            return
+        if found is None:
+            sample = yield from find(
+                CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1
+            )
+            if not sample:
+                found = schema.SAVER_SCHEMA_VERSION
+            elif not isinstance(sample[0].get("checkpoint"), Mapping):
+                raise schema.SchemaUpgradeRequired(
+                    f"collection {self.layout.checkpoints!r} of {where} holds "
+                    "langgraph-checkpoint-mongodb documents, which mongo-ckpt does not read: "
+                    f"convert them into another database with `mongo-ckpt migrate "
+                    f"--from-official --source-db {db_name} --db <new database>` and point "
+                    "the saver at it"
+                )
+            else:
+                found = 1
         models = index_models(self.layout)
         for logical, name in self.layout.by_logical().items():
             yield from create_indexes(logical, models[name])
+        if found < 2:
+            yield from self._add_join_keys(where, db_name, upgrade_limit)
+        yield from schema.record(key, self.layout.by_logical())
+
+    def _add_join_keys(
+        self, where: str, db_name: str, upgrade_limit: int | None
+    ) -> Operation[None]:
+        """Upgrade 1 -> 2: the ``join`` keys, in place unless more than ``upgrade_limit``
+        documents lack them."""
+        if upgrade_limit is not None:
+            missing = 0
+            for collection in (BLOBS, WRITES):
+                missing += yield from count_documents(collection, NO_JOIN, limit=upgrade_limit + 1)
+            if missing > upgrade_limit:
+                command = schema.upgrade_command(db_name, self.layout)
+                raise schema.SchemaUpgradeRequired(
+                    f"{where} needs its layout upgraded from version 1 to "
+                    f"{schema.SAVER_SCHEMA_VERSION}, which rewrites more than {upgrade_limit} "
+                    f"documents, too many for setup(): run `{command}` (or "
+                    "saver.setup(upgrade_limit=None)) once, then start the application"
+                )
+        yield from self.backfill_join_keys()
 
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         query = checkpoint_query(*thread_key(config))
@@ -263,9 +316,8 @@ class CheckpointOperations:
             (BLOBS, BLOB_KEY, blob_join),
             (WRITES, WRITE_KEY[:3], write_join),
         ):
-            query = {"join": {"$exists": False}}
             projection = {f: 1 for f in fields}
-            cursor = yield from find_cursor(collection, query, projection=projection)
+            cursor = yield from find_cursor(collection, NO_JOIN, projection=projection)
             while docs := (yield from next_batch(cursor, COPY_BATCH)):
                 requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
@@ -351,4 +403,3 @@ def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Doc
     elif collection == WRITES:
         doc["join"] = write_join(*key_of(doc))
     return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
-

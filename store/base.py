@@ -21,6 +21,7 @@ from typing_extensions import Self
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
@@ -97,7 +98,10 @@ class MongoStoreBase(BaseStore):
         self.ops.omit_expired = bool((ttl or {}).get("omit_expired", True))
         if exact_search:
             self.ops.vector_search = False
-        self.collections: dict[str, Any] = {STORE: self.db[collection_name]}
+        self.collections: dict[str, Any] = {
+            STORE: self.db[collection_name],
+            SCHEMA: self.db[SCHEMA_COLLECTION],
+        }
         self._is_setup = False
 
     @classmethod
@@ -135,14 +139,16 @@ class MongoStoreBase(BaseStore):
     def _setup_once(self) -> Operation[None]:
         """Index creation (and the vector index where there is one), unless done already."""
         if not self._is_setup:
-            yield from self.ops.setup()
+            yield from self.ops.setup(self.db.name, self.collections[STORE].name)
             self._is_setup = True
 
     # -- sync API -------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create the indexes and, where Atlas Vector Search exists, the vector index
-        (idempotent; also done on first use). A coroutine on ``AsyncMongoDBStore``."""
+        """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
+        on new collections create the indexes and record the version; where Atlas Vector
+        Search exists, create the vector index (idempotent; also done on first use).
+        A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
         self._run(self._setup_once())
 

@@ -36,6 +36,7 @@ from langgraph.store.base import (
 )
 from pymongo.errors import OperationFailure
 
+from mongo_ckpt import schema
 from mongo_ckpt.calls import (
     Operation,
     WriteRequest,
@@ -100,9 +101,15 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def setup(self) -> Operation[None]:
-        """The indexes and, unless known already, the vector index where Atlas has one."""
-        yield from create_indexes(STORE, documents.index_models())
+    def setup(self, db_name: str, collection_name: str) -> Operation[None]:
+        """The layout version check (one round trip when current; on new collections the
+        indexes, then the version recorded) and, unless known already, the vector index
+        where Atlas has one."""
+        key = schema.store_key(collection_name)
+        where = f"database {db_name!r} (collection {collection_name})"
+        if (yield from schema.read(key, where)) != schema.STORE_SCHEMA_VERSION:
+            yield from create_indexes(STORE, documents.index_models())
+            yield from schema.record(key, {STORE: collection_name})
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()

@@ -11,6 +11,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_config
 
 from mongo_ckpt import ClientClosedError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.schema import SCHEMA
 from tests.backends import (
     TARGETS,
     Target,
@@ -45,9 +46,18 @@ async def test_setup_is_idempotent(api: Api) -> None:
     fresh = api.reopened(**NAMES)
     counter = count_calls(fresh.saver.collections)
     await fresh.setup()
-    # One create_indexes call per collection.
-    assert dict(counter) == {(logical, "create_indexes"): 1 for logical in LOGICAL}
+    # New collections: the version is read, the checkpoints looked at (empty: nothing to
+    # upgrade), one create_indexes call per collection, and the version recorded.
+    assert dict(counter) == {
+        (SCHEMA, "find_one"): 1,
+        (CHECKPOINTS, "find"): 1,
+        **{(logical, "create_indexes"): 1 for logical in LOGICAL},
+        (SCHEMA, "update_one"): 1,
+    }
+    counter.clear()
     await fresh.setup()
+    # At the current version, setup is one round trip.
+    assert dict(counter) == {(SCHEMA, "find_one"): 1}
     await assert_unique_keys(fresh)
     await put_chain(fresh, "t", 2, writes=True)
     assert len(await fresh.list(generate_config("t"))) == 2
@@ -57,13 +67,23 @@ async def test_setup_runs_on_first_use(api: Api) -> None:
     fresh = api.reopened(**NAMES)
     counter = count_calls(fresh.saver.collections)
     [config] = await put_chain(fresh, "t", 1)
-    assert {m for (_, m) in counter} == {"create_indexes", "bulk_write", "update_one"}
+    assert {m for (_, m) in counter} == {
+        "find_one",
+        "find",
+        "create_indexes",
+        "bulk_write",
+        "update_one",
+    }
     await assert_unique_keys(fresh)
-    # Only once: later calls make no index call.
+    # Only once: later calls neither read the version nor create indexes.
     counter.clear()
     await fresh.get_tuple(config)
     await put_chain(fresh, "u", 1)
-    assert not any(method == "create_indexes" for (_, method) in counter)
+    assert not any(
+        (logical, method) in (("schema", "find_one"), (CHECKPOINTS, "find"))
+        or method == "create_indexes"
+        for (logical, method) in counter
+    )
 
 
 async def test_collection_names(api: Api) -> None:

@@ -109,4 +109,10 @@ async def test_setup_runs_once_on_first_use(make_astore: Any) -> None:
     calls = count_calls(store.collections)
     await store.aget(("t",), "k")
     await store.aget(("t",), "k")
-    assert dict(calls) == {("store", "create_indexes"): 1, ("store", "find"): 2}
+    # New collection: read the layout version, create the indexes, record the version.
+    assert dict(calls) == {
+        ("schema", "find_one"): 1,
+        ("store", "create_indexes"): 1,
+        ("schema", "update_one"): 1,
+        ("store", "find"): 2,
+    }

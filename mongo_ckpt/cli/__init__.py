@@ -1,0 +1,55 @@
+"""The ``mongo-ckpt`` command line: inspect and maintain checkpoint data, and the demo.
+
+Every data command connects to ``--uri`` (default ``$MONGODB_URI``). Programs and tests
+can hand the commands a client instead, for example a ``mongomock.MongoClient``, through
+click's context object: ``cli.main(args, obj=CliState(client=...))`` or
+``CliRunner().invoke(cli, args, obj=CliState(client=...))``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+from mongo_ckpt.cli.demo import demo
+from mongo_ckpt.cli.migrate import migrate, upgrade
+from mongo_ckpt.cli.options import CliState
+
+__all__ = ["CliState", "cli", "main"]
+
+
+@click.group(
+    name="mongo-ckpt",
+    help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+def cli() -> None:
+    """The command group; each subcommand is added below."""
+
+
+cli.add_command(demo)
+cli.add_command(migrate)
+cli.add_command(upgrade)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``mongo-ckpt``; returns the process exit code."""
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="mongo-ckpt",
+            standalone_mode=False,
+        )
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return result if isinstance(result, int) else 0

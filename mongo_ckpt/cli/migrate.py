@@ -1,0 +1,235 @@
+"""``mongo-ckpt migrate --from-official`` and ``mongo-ckpt upgrade``: moving data into
+the current layout (library side: ``mongo_ckpt.migration`` and ``saver.setup``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mongo_ckpt.cli.options import Target, open_client, target_options
+from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.migration import (
+    DEFAULT_BATCH,
+    Source,
+    migrate_from_official,
+    verify_migration,
+)
+from mongo_ckpt.migration import Progress as Counts
+from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
+from mongo_ckpt.saver import MongoDBSaver
+from mongo_ckpt.schema import read_version, saver_key
+
+SHOWN_MISMATCHES = 20
+
+
+def _serde() -> Any:
+    """``EncryptedSerializer`` when ``LANGGRAPH_AES_KEY`` is set (as LangGraph reads it)."""
+    if not os.environ.get("LANGGRAPH_AES_KEY"):
+        return None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    return EncryptedSerializer.from_pycryptodome_aes()
+
+
+def _saver(client: Any, target: Target) -> MongoDBSaver:
+    layout = target.layout
+    return MongoDBSaver(
+        client,
+        target.db,
+        checkpoint_collection_name=layout.checkpoints,
+        writes_collection_name=layout.writes,
+        blobs_collection_name=layout.blobs,
+        serde=_serde(),
+    )
+
+
+@contextmanager
+def _bar(label: str, quiet: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr, counted in source checkpoints; yields the callback."""
+    if quiet:
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("checkpoints, {task.fields[threads]} threads"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(label, total=None, threads=0)
+
+        def update(counts: Counts) -> None:
+            bar.update(
+                task,
+                total=counts.total_checkpoints,
+                completed=counts.checkpoints,
+                threads=counts.threads,
+            )
+
+        yield update
+
+
+def _source_collections(value: str) -> tuple[str, str]:
+    names = [n.strip() for n in value.split(",")]
+    if len(names) != 2 or not all(names):
+        raise click.BadParameter(
+            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}",
+            param_hint="--source-collections",
+        )
+    return names[0], names[1]
+
+
+@click.command(
+    short_help="convert langgraph-checkpoint-mongodb data into mongo-ckpt's layout",
+    help=(
+        "Convert the collections of langgraph-checkpoint-mongodb (0.5.x, and the metadata "
+        "format of releases before 0.2.2) into mongo-ckpt's layout in --db. The source is "
+        "only read. Resumable: a rerun continues after the last finished thread, with the "
+        "same result (--restart goes over every thread again). With --verify, every thread "
+        "is then read back through mongo-ckpt and compared with the source. Encrypted data "
+        "needs LANGGRAPH_AES_KEY, as for the application."
+    ),
+)
+@click.option(
+    "--from-official",
+    is_flag=True,
+    help="Source: langgraph-checkpoint-mongodb's collections (required).",
+)
+@click.option(
+    "--source-db",
+    default=DEFAULT_DB_NAME,
+    show_default=True,
+    help="Database of the official collections.",
+)
+@click.option(
+    "--source-collections",
+    default=f"{DEFAULT_CHECKPOINTS},{DEFAULT_WRITES}",
+    show_default=True,
+    help="The official checkpoints and writes collections, comma-separated.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=DEFAULT_BATCH,
+    show_default=True,
+    help="Threads per batch (one bulk write per collection each).",
+)
+@click.option("--verify", is_flag=True, help="Compare every migrated thread with the source.")
+@click.option("--restart", is_flag=True, help="Ignore the progress of an earlier run.")
+@target_options
+def migrate(
+    target: Target,
+    from_official: bool,
+    source_db: str,
+    source_collections: str,
+    batch: int,
+    verify: bool,
+    restart: bool,
+) -> int:
+    """Run the migration, then the verification if asked; exit code 1 on mismatches."""
+    if not from_official:  # the only source there is; required so the command says so
+        raise click.UsageError("say what to migrate from: --from-official")
+    source = Source(source_db, *_source_collections(source_collections))
+    report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
+    with open_client(target) as client:
+        saver = _saver(client, target)
+        started = time.perf_counter()
+        try:
+            with _bar("migrating", target.json) as progress:
+                done = migrate_from_official(
+                    saver, source, batch=batch, restart=restart, progress=progress
+                )
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        report["migrated"] = {
+            "threads": done.threads,
+            "checkpoints": done.checkpoints,
+            "writes": done.writes,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        if verify:
+            started = time.perf_counter()
+            with _bar("verifying", target.json) as progress:
+                checked = verify_migration(saver, source, batch=batch, progress=progress)
+            report["verified"] = {
+                "threads": checked.threads,
+                "checkpoints": checked.checkpoints,
+                "seconds": round(time.perf_counter() - started, 2),
+                "mismatches": [vars(m) for m in checked.mismatches],
+            }
+    _print(report, target.json)
+    if report.get("verified", {}).get("mismatches"):
+        raise click.exceptions.Exit(1)
+    return 0
+
+
+def _print(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    console = Console()
+    table = Table(
+        title=f"langgraph-checkpoint-mongodb {report['source']['db']} -> "
+        f"mongo-ckpt {report['target']['db']}"
+    )
+    for column in ("step", "threads", "checkpoints", "writes", "seconds", "mismatches"):
+        table.add_column(column, justify="left" if column == "step" else "right")
+    m = report["migrated"]
+    table.add_row(
+        "migrate", *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])), ""
+    )
+    if "verified" in report:
+        v = report["verified"]
+        table.add_row(
+            "verify",
+            str(v["threads"]),
+            str(v["checkpoints"]),
+            "",
+            str(v["seconds"]),
+            str(len(v["mismatches"])),
+        )
+    console.print(table)
+    mismatches = report.get("verified", {}).get("mismatches", [])
+    for mismatch in mismatches[:SHOWN_MISMATCHES]:
+        where = (
+            f"thread {mismatch['thread_id']!r} ns {mismatch['checkpoint_ns']!r} "
+            f"checkpoint {mismatch['checkpoint_id']!r}: {mismatch['field']}: {mismatch['detail']}"
+        )
+        console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
+    if len(mismatches) > SHOWN_MISMATCHES:
+        console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+
+
+@click.command(
+    short_help="upgrade the checkpoint collections to the current layout version",
+    help=(
+        "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
+        "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
+        "names this command). Idempotent; stop the applications that write first."
+    ),
+)
+@target_options
+def upgrade(target: Target) -> int:
+    """Run ``saver.setup(upgrade_limit=None)`` and report the versions."""
+    key = saver_key(target.layout.checkpoints)
+    with open_client(target) as client:
+        before = read_version(client[target.db], key)
+        _saver(client, target).setup(upgrade_limit=None)
+        after = read_version(client[target.db], key)
+    if target.json:
+        click.echo(json.dumps({"db": target.db, "before": before, "after": after}))
+    else:
+        was = "unversioned" if before is None else f"version {before}"
+        click.echo(f"{target.db}: layout {was} -> version {after}")
+    return 0

@@ -1,0 +1,458 @@
+"""Converting langgraph-checkpoint-mongodb collections into mongo-ckpt's layout, and
+checking the result.
+
+``migrate_from_official`` streams the official ``checkpoints`` collection thread by
+thread (on its own unique index), ``batch`` threads at a time: one ``find`` for their
+writes, then one ordered ``bulk_write`` each for values, writes and checkpoints, in
+the order ``put`` writes them, then a progress marker. Every write is an upsert, so
+a batch cut half way is simply done again: rerunning after a cut gives the same
+result, and the marker (``schema`` collection, ``migration:<db>.<collection>``) lets
+the rerun start after the last finished thread. The source is only read.
+
+Versions: the official saver numbers channel versions 1, 2, 3... per thread, so two
+branches forked from one checkpoint reuse a number for different values; mongo-ckpt
+keys values by version. A numeric version becomes mongo-ckpt's zero-padded string,
+and, for a channel with a value, gets a digest of that value as its tail, so equal
+numbers with different values never share a document (``versions_seen`` is mapped
+the same way, which keeps every comparison LangGraph makes unchanged).
+
+``verify_migration`` reads every migrated thread back through the saver and compares
+it with the source: ids, parents, metadata and pending writes of every checkpoint,
+and the channel values of each namespace's latest one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pymongo import UpdateOne
+
+from mongo_ckpt.calls import (
+    Emit,
+    Operation,
+    WriteRequest,
+    bulk_write,
+    count_documents,
+    find,
+    find_cursor,
+    find_one,
+    next_batch,
+    update_one,
+)
+from mongo_ckpt.documents import (
+    blob_requests,
+    check_checkpoint_size,
+    checkpoint_document,
+    write_requests,
+)
+from mongo_ckpt.drivers import run
+from mongo_ckpt.layout import BLOBS, CHECKPOINT_KEY, CHECKPOINTS, WRITES
+from mongo_ckpt.official import (
+    DEFAULT_CHECKPOINTS,
+    DEFAULT_WRITES,
+    THREAD_ORDER,
+    OfficialCheckpoint,
+    OfficialWrite,
+    load_checkpoint,
+    load_write,
+    thread_query,
+    writes_by_checkpoint,
+)
+from mongo_ckpt.operations import CheckpointOperations
+from mongo_ckpt.payload import digest
+from mongo_ckpt.saver import MongoDBSaver
+from mongo_ckpt.schema import SCHEMA
+
+SOURCE_CHECKPOINTS, SOURCE_WRITES = "source_checkpoints", "source_writes"
+DEFAULT_BATCH = 100  # threads per batch
+READ_BATCH = 500  # source checkpoints per cursor step
+# Serializes a value only to digest it: the same value gives the same version string
+# on every run, whatever the saver's (possibly encrypting) serde does.
+_PLAIN = JsonPlusSerializer(pickle_fallback=True)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The official collections to read: ``db`` with its two collection names."""
+
+    db: str
+    checkpoints: str = DEFAULT_CHECKPOINTS
+    writes: str = DEFAULT_WRITES
+
+    @property
+    def marker(self) -> str:
+        return f"migration:{self.db}.{self.checkpoints}"
+
+
+@dataclass
+class Progress:
+    """Counts so far; ``total_checkpoints`` is the source's checkpoint count."""
+
+    threads: int = 0
+    checkpoints: int = 0
+    writes: int = 0
+    total_checkpoints: int = 0
+    last_thread: str | None = None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A difference between the source and the migrated data."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+    field: str
+    detail: str
+
+
+@dataclass
+class Verification:
+    """What ``verify_migration`` compared, and every difference it found."""
+
+    threads: int = 0
+    checkpoints: int = 0
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+# -- conversion (pure) ------------------------------------------------------------
+
+
+def _numbered(version: Any) -> str | None:
+    """A numeric official version as mongo-ckpt's zero-padded string (``None``: keep it)."""
+    if isinstance(version, bool) or not isinstance(version, (int, float)):
+        return None
+    return f"{int(version):012}"
+
+
+def value_tail(value: Any) -> str:
+    """Ten hex digits identifying ``value`` (a digest of its plain serialization)."""
+    return digest(*_PLAIN.dumps_typed(value))[:10]
+
+
+def convert_versions(checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` with mongo-ckpt version strings (see the module docstring)."""
+    values = checkpoint["channel_values"]
+    versions = checkpoint["channel_versions"]
+    mapped: dict[str, Any] = {}
+    for channel, version in versions.items():
+        number = _numbered(version)
+        if number is None:
+            mapped[channel] = version
+        elif channel in values:
+            mapped[channel] = f"{number}.{value_tail(values[channel])}"
+        else:
+            mapped[channel] = number
+
+    def seen(channel: str, version: Any) -> Any:
+        if channel in versions and versions[channel] == version:
+            return mapped[channel]
+        number = _numbered(version)
+        return version if number is None else number
+
+    return {
+        **checkpoint,
+        "channel_versions": mapped,
+        "versions_seen": {
+            node: {ch: seen(ch, v) for ch, v in chans.items()}
+            for node, chans in checkpoint.get("versions_seen", {}).items()
+        },
+    }
+
+
+def _created_at(checkpoint: Checkpoint) -> datetime:
+    try:
+        return datetime.fromisoformat(checkpoint["ts"]).astimezone(timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        return datetime.now(timezone.utc)
+
+
+@dataclass
+class Requests:
+    """The target writes for one batch, in the order ``put`` makes them."""
+
+    blobs: list[WriteRequest] = field(default_factory=list)
+    writes: list[WriteRequest] = field(default_factory=list)
+    checkpoints: list[WriteRequest] = field(default_factory=list)
+
+
+def convert(
+    ops: CheckpointOperations,
+    checkpoints: Sequence[OfficialCheckpoint],
+    writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+) -> Requests:
+    """Target requests for the checkpoints and writes of some whole threads."""
+    out = Requests()
+    stored: set[tuple[str, str, str, Any]] = set()
+    for cp in checkpoints:
+        key = dict(zip(CHECKPOINT_KEY, (cp.thread_id, cp.checkpoint_ns, cp.checkpoint_id)))
+        checkpoint = convert_versions(cp.checkpoint)
+        versions = checkpoint["channel_versions"]
+        new = {}
+        for channel in checkpoint["channel_values"]:
+            if channel in versions:
+                value_key = (cp.thread_id, cp.checkpoint_ns, channel, versions[channel])
+                if value_key not in stored:
+                    stored.add(value_key)
+                    new[channel] = versions[channel]
+        out.blobs += blob_requests(
+            cp.thread_id, cp.checkpoint_ns, checkpoint["channel_values"], new, ops.serde
+        )
+        doc = checkpoint_document(
+            key, checkpoint, cp.metadata, cp.parent_checkpoint_id, ops.serde, ops.filterable_keys
+        )
+        doc["created_at"] = _created_at(checkpoint)
+        check_checkpoint_size(doc)
+        out.checkpoints.append(UpdateOne(key, {"$set": doc}, upsert=True))
+    for (thread_id, ns, checkpoint_id), group in writes.items():
+        key = dict(zip(CHECKPOINT_KEY, (thread_id, ns, checkpoint_id)))
+        tasks: dict[tuple[str, str], list[OfficialWrite]] = {}
+        for write in group:
+            tasks.setdefault((write.task_id, write.task_path), []).append(write)
+        for (task_id, task_path), task_writes in tasks.items():
+            out.writes += write_requests(
+                key,
+                [(w.channel, w.value) for w in task_writes],
+                task_id,
+                task_path,
+                ops.serde,
+                idxs=[w.idx for w in task_writes],
+            )
+    return out
+
+
+# -- operations ---------------------------------------------------------------------
+
+
+Threads = dict[str, list[dict[str, Any]]]
+
+
+def _threads(
+    query: dict[str, Any], batch: int, handle: Callable[[Threads], Operation[None]]
+) -> Operation[None]:
+    """Stream the source checkpoints matching ``query`` and call ``handle`` with the
+    documents of every ``batch`` whole threads (``{thread_id: [documents]}``)."""
+    cursor = yield from find_cursor(SOURCE_CHECKPOINTS, query, sort=THREAD_ORDER)
+    pending: Threads = {}
+    while docs := (yield from next_batch(cursor, READ_BATCH)):
+        for doc in docs:
+            pending.setdefault(doc["thread_id"], []).append(doc)
+        while len(pending) > batch:  # the last thread may go on in the next read
+            ready = list(pending)[:batch]
+            yield from handle({t: pending.pop(t) for t in ready})
+    if pending:
+        yield from handle(pending)
+
+
+def _source_writes(
+    ops: CheckpointOperations, thread_ids: Sequence[str]
+) -> Operation[dict[tuple[str, str, str], list[OfficialWrite]]]:
+    docs = yield from find(SOURCE_WRITES, thread_query(thread_ids))
+    return writes_by_checkpoint(load_write(ops.serde, d) for d in docs)
+
+
+def migration(
+    ops: CheckpointOperations,
+    source: Source,
+    batch: int,
+    restart: bool,
+    progress: ProgressCallback | None,
+) -> Operation[Progress]:
+    """The migration as a ``calls.Operation`` (see the module docstring)."""
+    marker = None if restart else (yield from find_one(SCHEMA, {"_id": source.marker}))
+    done = Progress(**(marker or {}).get("progress", {}))
+    done.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
+    query = {"thread_id": {"$gt": done.last_thread}} if done.last_thread is not None else {}
+    if progress is not None:
+        progress(done)
+
+    def migrate(threads: Threads) -> Operation[None]:
+        writes = yield from _source_writes(ops, list(threads))
+        checkpoints = [load_checkpoint(ops.serde, d) for docs in threads.values() for d in docs]
+        requests = convert(ops, checkpoints, writes)
+        # Values and writes first, checkpoints last, as ``put`` does; ordered, so each
+        # value's head comes after its parts.
+        for logical, batch_requests in ((BLOBS, requests.blobs), (WRITES, requests.writes)):
+            if batch_requests:
+                yield from bulk_write(logical, batch_requests, ordered=True)
+        yield from bulk_write(CHECKPOINTS, requests.checkpoints, ordered=False)
+        done.threads += len(threads)
+        done.checkpoints += len(checkpoints)
+        done.writes += sum(len(group) for group in writes.values())
+        done.last_thread = list(threads)[-1]
+        state = {k: v for k, v in vars(done).items() if k != "total_checkpoints"}
+        update = {"$set": {"progress": state, "source": vars(source)}}
+        yield from update_one(SCHEMA, {"_id": source.marker}, update, upsert=True)
+        if progress is not None:
+            progress(done)
+
+    yield from _threads(query, batch, migrate)
+    return done
+
+
+def _collect(operation: Operation[Any]) -> Operation[list[Any]]:
+    """Run an emitting operation inside another one; return what it emitted."""
+    items: list[Any] = []
+    result: Any = None
+    while True:
+        try:
+            step = operation.send(result)
+        except StopIteration:
+            return items
+        if isinstance(step, Emit):
+            items.append(step.item)
+            result = None
+        else:
+            result = yield step
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def compare(
+    thread_id: str,
+    source: Sequence[OfficialCheckpoint],
+    writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+    target: Sequence[CheckpointTuple],
+) -> list[Mismatch]:
+    """Differences between one thread's source checkpoints and its migrated tuples."""
+    found: list[Mismatch] = []
+    migrated = {
+        (t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]): t
+        for t in target
+    }
+    latest: dict[str, str] = {}
+    for cp in source:
+        if cp.checkpoint_id > latest.get(cp.checkpoint_ns, ""):
+            latest[cp.checkpoint_ns] = cp.checkpoint_id
+    for cp in source:
+        ns, cid = cp.checkpoint_ns, cp.checkpoint_id
+
+        def differs(name: str, expected: Any, actual: Any, ns: str = ns, cid: str = cid) -> None:
+            if expected != actual:
+                detail = f"source {_short(expected)} != migrated {_short(actual)}"
+                found.append(Mismatch(thread_id, ns, cid, name, detail))
+
+        tuple_ = migrated.pop((ns, cid), None)
+        if tuple_ is None:
+            found.append(Mismatch(thread_id, ns, cid, "checkpoint", "missing after migration"))
+            continue
+        parent = (tuple_.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        differs("parent", cp.parent_checkpoint_id, parent)
+        differs("metadata", dict(cp.metadata), dict(tuple_.metadata))
+        expected = [w.pending for w in writes.get((thread_id, ns, cid), ())]
+        differs("pending_writes", expected, list(tuple_.pending_writes or ()))
+        if latest[ns] == cid:
+            differs(
+                "channel_values",
+                cp.checkpoint["channel_values"],
+                tuple_.checkpoint["channel_values"],
+            )
+    for ns, cid in migrated:
+        found.append(Mismatch(thread_id, ns, cid, "checkpoint", "not in the source"))
+    return found
+
+
+def verification(
+    ops: CheckpointOperations, batch: int, progress: ProgressCallback | None
+) -> Operation[Verification]:
+    """The verification as a ``calls.Operation``: every source thread against the target."""
+    result = Verification()
+    seen = Progress()
+    seen.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
+    if progress is not None:
+        progress(seen)
+
+    def check(threads: Threads) -> Operation[None]:
+        writes = yield from _source_writes(ops, list(threads))
+        for thread_id, docs in threads.items():
+            source = [load_checkpoint(ops.serde, d) for d in docs]
+            config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+            target = yield from _collect(ops.list(config, None, None, None))
+            result.mismatches += compare(thread_id, source, writes, target)
+            result.threads += 1
+            result.checkpoints += len(source)
+        seen.threads, seen.checkpoints = result.threads, result.checkpoints
+        seen.last_thread = list(threads)[-1]
+        if progress is not None:
+            progress(seen)
+
+    yield from _threads({}, batch, check)
+    return result
+
+
+# -- the library functions ----------------------------------------------------------
+
+
+def _collections(saver: MongoDBSaver, source: Source) -> dict[str, Any]:
+    if not isinstance(saver, MongoDBSaver):
+        raise TypeError(
+            f"migration runs on a MongoDBSaver (synchronous client), got {type(saver).__name__}"
+        )
+    if source.db == saver.db.name and {source.checkpoints, source.writes} & set(
+        saver.layout.by_logical().values()
+    ):
+        raise ValueError(
+            f"the source collections {source.checkpoints!r}/{source.writes!r} of database "
+            f"{source.db!r} are also the saver's: migrate into another database (or other "
+            "collection names), since the source is never modified"
+        )
+    db = saver.client[source.db]
+    return {
+        **saver.collections,
+        SOURCE_CHECKPOINTS: db[source.checkpoints],
+        SOURCE_WRITES: db[source.writes],
+    }
+
+
+def _check_batch(batch: int) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive number of threads, got {batch!r}")
+
+
+def migrate_from_official(
+    saver: MongoDBSaver,
+    source: Source,
+    *,
+    batch: int = DEFAULT_BATCH,
+    restart: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Progress:
+    """Convert langgraph-checkpoint-mongodb's collections (``source``) into ``saver``'s.
+
+    Resumable and idempotent: a rerun continues after the last finished thread
+    (``restart=True`` goes over every thread again, with the same result). The saver's
+    ``serde`` must read the source (the same ``EncryptedSerializer`` key, if any).
+    ``progress`` is called with the counts so far, then after each batch. Returns the
+    counts (of every run, when resumed).
+    """
+    _check_batch(batch)
+    collections = _collections(saver, source)
+    saver.setup()  # indexes and layout version; refuses collections holding official data
+    return run(collections, migration(saver.ops, source, batch, restart, progress))
+
+
+def verify_migration(
+    saver: MongoDBSaver,
+    source: Source,
+    *,
+    batch: int = DEFAULT_BATCH,
+    progress: ProgressCallback | None = None,
+) -> Verification:
+    """Compare every thread of ``source`` with what ``saver`` reads back (ids, parents,
+    metadata and pending writes of each checkpoint; the latest state per namespace)."""
+    _check_batch(batch)
+    collections = _collections(saver, source)
+    saver.setup()
+    return run(collections, verification(saver.ops, batch, progress))

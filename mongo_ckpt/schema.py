@@ -1,0 +1,121 @@
+"""Layout versions: the small metadata document ``setup()`` reads and records.
+
+Each saver (keyed by its checkpoints collection) and each store (keyed by its
+collection) has one document in ``SCHEMA_COLLECTION`` of its database::
+
+    {"_id": "saver:checkpoints", "version": 2, "collections": {...}, "updated_at": ...}
+
+``setup()`` reads it first. At the current version nothing else runs (one round
+trip). An older version is upgraded in place, step by step, unless a step would
+touch more than ``upgrade_limit`` documents: then ``SchemaUpgradeRequired`` names
+the command that does it. A newer version raises ``SchemaTooNewError`` before any
+data is read or written. Versions only go up (``$max``).
+
+Saver versions:
+  1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
+  2. ``join`` keys on value and write documents; this document exists.
+
+Store versions:
+  1. The current layout.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from mongo_ckpt.calls import Operation, find_one, update_one
+from mongo_ckpt.layout import Layout
+
+SCHEMA_COLLECTION = "mongo_ckpt_schema"
+SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
+SAVER_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 1
+SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
+# Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
+UPGRADE_LIMIT = 10_000
+
+
+class SchemaTooNewError(RuntimeError):
+    """The data was written by a newer mongo-ckpt whose layout this version cannot read."""
+
+
+class SchemaUpgradeRequired(RuntimeError):
+    """The data needs an upgrade (or a migration) that ``setup()`` does not run itself."""
+
+
+def saver_key(checkpoints: str) -> str:
+    """The schema document id of the saver whose checkpoints collection is ``checkpoints``."""
+    return f"saver:{checkpoints}"
+
+
+def store_key(collection: str) -> str:
+    """The schema document id of the store on ``collection``."""
+    return f"store:{collection}"
+
+
+def upgrade_command(db_name: str, layout: Layout) -> str:
+    """The ``mongo-ckpt`` command line that upgrades the saver on ``layout`` in ``db_name``."""
+    words = ["mongo-ckpt", "upgrade", "--db", db_name]
+    for option, name, default in zip(
+        ("--checkpoints", "--blobs", "--writes"),
+        layout.by_logical().values(),
+        Layout().by_logical().values(),
+    ):
+        if name != default:
+            words += [option, name]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _kind(key: str) -> str:
+    return key.split(":", 1)[0]
+
+
+def read(key: str, where: str) -> Operation[int | None]:
+    """The recorded version of ``key`` (``None`` when unversioned); raises
+    ``SchemaTooNewError`` when it is newer than this release understands."""
+    doc = yield from find_one(SCHEMA, {"_id": key})
+    found = version_of(doc)
+    current = SCHEMA_VERSION[_kind(key)]
+    if found is not None and found > current:
+        written_by = (doc or {}).get("written_by", "a newer mongo-ckpt")
+        raise SchemaTooNewError(
+            f"{where} holds layout version {found} (written by {written_by}), newer than "
+            f"version {current} that mongo-ckpt {library_version()} reads: upgrade mongo-ckpt "
+            "(pip install -U mongo-ckpt) instead of reading this data with an older release"
+        )
+    return found
+
+
+def record(key: str, collections: Mapping[str, str]) -> Operation[None]:
+    """Record the current version of ``key`` (never lowering a newer one)."""
+    update = {
+        "$max": {"version": SCHEMA_VERSION[_kind(key)]},
+        "$set": {
+            "collections": dict(collections),
+            "written_by": f"mongo-ckpt {library_version()}",
+            "updated_at": datetime.now(timezone.utc),
+        },
+    }
+    yield from update_one(SCHEMA, {"_id": key}, update, upsert=True)
+
+
+def version_of(doc: Mapping[str, Any] | None) -> int | None:
+    """The version in a schema document (``None`` for no document)."""
+    return None if doc is None else int(doc["version"])
+
+
+def read_version(database: Any, key: str) -> int | None:
+    """The recorded version of ``key`` in a synchronous ``database`` (for tools such as
+    ``mongo-ckpt doctor``); ``None`` when unversioned."""
+    return version_of(database[SCHEMA_COLLECTION].find_one({"_id": key}))
+
+
+def library_version() -> str:
+    try:
+        return version("mongo-ckpt")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "(source)"

@@ -1,0 +1,145 @@
+"""``mongo-ckpt migrate --from-official`` and ``mongo-ckpt upgrade`` on mock and wire."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+from mongo_ckpt import MongoDBSaver, SchemaUpgradeRequired
+from mongo_ckpt.cli import CliState, cli
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, saver_key
+from tests.graphs import chat_builder, contents, thread
+
+OfficialSaver = pytest.importorskip(
+    "langgraph.checkpoint.mongodb",
+    reason="migrates data of langgraph-checkpoint-mongodb: pip install -e '.[test,bench]'",
+).MongoDBSaver
+
+
+AES_KEY = "0123456789abcdef"
+
+
+def invoke(client: Any, *args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), obj=CliState(client=client))
+
+
+@pytest.fixture
+def dbs(client: Any, db_name: str) -> Iterator[tuple[str, str]]:
+    yield f"{db_name}_src", db_name
+    client.drop_database(f"{db_name}_src")
+    client.drop_database(db_name)
+
+
+def chat_threads(official: OfficialSaver, threads: int) -> None:
+    graph = chat_builder().compile(checkpointer=official)
+    for i in range(threads):
+        for text in ("hi", "again"):
+            graph.invoke({"messages": [HumanMessage(f"{text} {i}")]}, thread(f"t{i}"))
+
+
+def test_migrate_verify_and_continue(client: Any, dbs: tuple[str, str]) -> None:
+    source, target = dbs
+    official = OfficialSaver(client, source, "agent_checkpoints", "agent_writes")
+    chat_threads(official, 5)
+    args = ["migrate", "--from-official", "--source-db", source, "--db", target]
+    args += ["--source-collections", "agent_checkpoints,agent_writes", "--batch", "2"]
+    result = invoke(client, *args, "--verify", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{") :])
+    checkpoints = official.checkpoint_collection.count_documents({})
+    assert report["migrated"]["threads"] == 5
+    assert report["migrated"]["checkpoints"] == checkpoints
+    assert report["verified"]["checkpoints"] == checkpoints
+    assert report["verified"]["mismatches"] == []
+
+    # A second run has nothing left to do; its table says so.
+    again = invoke(client, *args, "--verify")
+    assert again.exit_code == 0, again.output
+    assert "migrate" in again.output and "verify" in again.output
+    graph = chat_builder().compile(checkpointer=MongoDBSaver(client, target))
+    result = graph.invoke({"messages": [HumanMessage("more")]}, thread("t3"))
+    assert contents(result["messages"])[-2:] == [("human", "more"), ("ai", "#5: more")]
+
+
+def test_migrate_encrypted_data_with_the_applications_key(
+    client: Any, dbs: tuple[str, str], monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
+    source, target = dbs
+    official = OfficialSaver(client, source, serde=EncryptedSerializer.from_pycryptodome_aes())
+    chat_threads(official, 2)
+    result = invoke(
+        client, "migrate", "--from-official", "--source-db", source, "--db", target, "--verify"
+    )
+    assert result.exit_code == 0, result.output
+    for name in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+        for doc in client[target][name].find({}):
+            assert b"again 1" not in repr(doc).encode()
+    saver = MongoDBSaver(client, target, serde=EncryptedSerializer.from_pycryptodome_aes())
+    latest = saver.get_tuple(thread("t1"))
+    assert contents(latest.checkpoint["channel_values"]["messages"])[-1] == ("ai", "#3: again 1")
+
+
+def test_migrate_refuses_what_it_cannot_do(client: Any, dbs: tuple[str, str]) -> None:
+    source, target = dbs
+    result = invoke(client, "migrate", "--source-db", source, "--db", target)
+    assert result.exit_code == 2 and "--from-official" in result.output
+    same = invoke(client, "migrate", "--from-official", "--source-db", target, "--db", target)
+    assert same.exit_code == 2 and "migrate into another database" in same.output
+    bad = invoke(client, "migrate", "--from-official", "--source-collections", "only_one")
+    assert bad.exit_code == 2 and "CHECKPOINTS,WRITES" in bad.output
+
+
+def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None:
+    names = {"checkpoint_collection_name": "ck", "blobs_collection_name": "bl"}
+    saver = MongoDBSaver(client, db_name, **names)
+    graph = chat_builder().compile(checkpointer=saver)
+    for text in ("one", "two"):
+        graph.invoke({"messages": [HumanMessage(text)]}, thread("t"))
+    # The layout of the earliest releases: no join keys, no version.
+    for logical in (BLOBS, WRITES):
+        saver.collections[logical].update_many({}, {"$unset": {"join": ""}})
+    client[db_name][SCHEMA_COLLECTION].delete_many({})
+    try:
+        with pytest.raises(SchemaUpgradeRequired) as raised:
+            MongoDBSaver(client, db_name, **names).setup(upgrade_limit=1)
+        command = str(raised.value).split("`")[1]
+        assert command == f"mongo-ckpt upgrade --db {db_name} --checkpoints ck --blobs bl"
+        result = invoke(client, *shlex.split(command)[1:], "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == {"db": db_name, "before": None, "after": 2}
+        assert read_version(client[db_name], saver_key("ck")) == 2
+        assert saver.collections[BLOBS].count_documents({"join": {"$exists": False}}) == 0
+        later = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name, **names))
+        result = later.invoke({"messages": [HumanMessage("three")]}, thread("t"))
+        assert contents(result["messages"])[-1] == ("ai", "#5: three")
+        again = invoke(client, *shlex.split(command)[1:])
+        assert again.output.strip() == f"{db_name}: layout version 2 -> version 2"
+        assert saver.collections[CHECKPOINTS].count_documents({}) == 3 * 3  # 3 per turn
+    finally:
+        client.drop_database(db_name)
+
+
+def test_mismatches_are_listed_and_fail_the_command(client: Any, dbs: tuple[str, str]) -> None:
+    source, target = dbs
+    chat_threads(OfficialSaver(client, source), 2)
+    args = ["migrate", "--from-official", "--source-db", source, "--db", target]
+    assert invoke(client, *args).exit_code == 0
+    client[target]["checkpoints"].update_many(
+        {"thread_id": "t1"}, {"$set": {"metadata_typed.data": b"\x81\xa1x[red]"}}
+    )
+    checkpoints = client[target]["checkpoints"].find({"thread_id": "t0"}, sort=[("_id", 1)])
+    client[target]["checkpoints"].delete_one({"_id": next(iter(checkpoints))["_id"]})
+    result = invoke(client, *args, "--verify")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.startswith("mismatch")]
+    assert any("thread 't0'" in line and "missing after migration" in line for line in lines)
+    assert any("thread 't1'" in line and "metadata: source {" in line for line in lines)

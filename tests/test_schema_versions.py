@@ -1,0 +1,199 @@
+"""Versioned layout: ``setup()`` records the version, upgrades older data in place (or names
+the command that does), and refuses data written by a newer mongo-ckpt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from mongo_ckpt import (
+    MongoDBSaver,
+    SchemaTooNewError,
+    SchemaUpgradeRequired,
+)
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.schema import (
+    SAVER_SCHEMA_VERSION,
+    SCHEMA_COLLECTION,
+    STORE_SCHEMA_VERSION,
+    read_version,
+    saver_key,
+    store_key,
+)
+from tests.backends import count_calls, maybe_await
+from tests.graphs import chat_builder, contents, thread
+from tests.saver_support import Api
+
+
+async def schema_doc(saver: Any, key: str) -> dict | None:
+    return await maybe_await(saver.db[SCHEMA_COLLECTION].find_one({"_id": key}))
+
+
+async def set_version(saver: Any, key: str, version: int | None) -> None:
+    coll = saver.db[SCHEMA_COLLECTION]
+    if version is None:
+        await maybe_await(coll.delete_one({"_id": key}))
+    else:
+        await maybe_await(coll.update_one({"_id": key}, {"$set": {"version": version}}))
+
+
+async def as_version_1(run: Api) -> None:
+    """Make the saver's data look as the earliest releases stored it: no ``join`` keys,
+    no schema document."""
+    db = run.saver.db
+    for logical in (BLOBS, WRITES):
+        name = run.saver.layout.by_logical()[logical]
+        await maybe_await(db[name].update_many({}, {"$unset": {"join": ""}}))
+    await set_version(run.saver, saver_key("checkpoints"), None)
+
+
+async def chat(run: Api, *turns: str) -> list:
+    graph = run.compile(chat_builder())
+    for text in turns:
+        await run.invoke(graph, {"messages": [HumanMessage(text)]}, thread("t"))
+    return (await run.state(graph, thread("t"))).values["messages"]
+
+
+async def count(run: Api, logical: str, query: dict) -> int:
+    name = run.saver.layout.by_logical()[logical]
+    return await maybe_await(run.saver.db[name].count_documents(query))
+
+
+# -- the saver ------------------------------------------------------------------
+
+
+async def check_setup_records_the_version(run: Api) -> None:
+    await chat(run, "hi")
+    doc = await schema_doc(run.saver, saver_key("checkpoints"))
+    assert doc["version"] == SAVER_SCHEMA_VERSION
+    assert doc["collections"] == run.saver.layout.by_logical()
+    assert doc["written_by"].startswith("mongo-ckpt ")
+
+
+async def check_older_layout_is_upgraded_in_place(run: Api) -> None:
+    await chat(run, "one", "two")
+    await as_version_1(run)
+    missing = {"join": {"$exists": False}}
+    assert await count(run, BLOBS, missing) > 0 and await count(run, WRITES, missing) > 0
+    # A restarted application on the old data: the first use upgrades, the thread goes on.
+    later = run.reopened()
+    messages = await chat(later, "three")
+    assert contents(messages)[-2:] == [("human", "three"), ("ai", "#5: three")]
+    assert await count(run, BLOBS, missing) == 0 and await count(run, WRITES, missing) == 0
+    assert (await schema_doc(run.saver, saver_key("checkpoints")))["version"] == 2
+    # Recorded: the next saver's setup is one round trip.
+    again = run.reopened()
+    calls = count_calls(again.saver.collections)
+    await maybe_await(again.saver.setup())
+    assert dict(calls) == {("schema", "find_one"): 1}
+
+
+async def check_too_big_upgrade_names_the_command(run: Api) -> None:
+    await chat(run, "one", "two")
+    await as_version_1(run)
+    missing = {"join": {"$exists": False}}
+    before = await count(run, BLOBS, missing) + await count(run, WRITES, missing)
+    later = run.reopened()
+    with pytest.raises(SchemaUpgradeRequired) as raised:
+        await maybe_await(later.saver.setup(upgrade_limit=before - 1))
+    assert f"`mongo-ckpt upgrade --db {run.saver.db.name}`" in str(raised.value)
+    assert "from version 1 to 2" in str(raised.value)
+    # Nothing was changed, and the version is still unrecorded.
+    assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == before
+    assert await schema_doc(run.saver, saver_key("checkpoints")) is None
+    # What the command runs: the same upgrade without a limit.
+    await maybe_await(later.saver.setup(upgrade_limit=None))
+    assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == 0
+    assert contents(await chat(later, "three"))[-1] == ("ai", "#5: three")
+
+
+async def check_newer_layout_is_refused(run: Api) -> None:
+    await chat(run, "one")
+    await set_version(run.saver, saver_key("checkpoints"), SAVER_SCHEMA_VERSION + 1)
+    counts = {c: await count(run, c, {}) for c in (CHECKPOINTS, BLOBS, WRITES)}
+    later = run.reopened()
+    graph = later.compile(chat_builder())
+    with pytest.raises(SchemaTooNewError) as raised:
+        await later.invoke(graph, {"messages": [HumanMessage("two")]}, thread("t"))
+    message = str(raised.value)
+    assert f"layout version {SAVER_SCHEMA_VERSION + 1}" in message
+    assert "pip install -U mongo-ckpt" in message
+    with pytest.raises(SchemaTooNewError):
+        await later.state(graph, thread("t"))
+    # Refused before anything was read or written, and the version was not lowered.
+    assert {c: await count(run, c, {}) for c in counts} == counts
+    doc = await schema_doc(run.saver, saver_key("checkpoints"))
+    assert doc["version"] == SAVER_SCHEMA_VERSION + 1
+
+
+async def test_setup_records_the_version(api: Api) -> None:
+    await check_setup_records_the_version(api)
+
+
+def test_read_version_reads_the_recorded_version(saver: MongoDBSaver) -> None:
+    assert read_version(saver.db, saver_key("checkpoints")) == SAVER_SCHEMA_VERSION
+
+
+async def test_older_layout_is_upgraded_in_place(api: Api) -> None:
+    await check_older_layout_is_upgraded_in_place(api)
+
+
+async def test_too_big_upgrade_names_the_command(api: Api) -> None:
+    await check_too_big_upgrade_names_the_command(api)
+
+
+async def test_newer_layout_is_refused(api: Api) -> None:
+    await check_newer_layout_is_refused(api)
+
+
+def test_official_documents_are_refused_with_the_migrate_command(client: Any, db_name: str) -> None:
+    official = pytest.importorskip(
+        "langgraph.checkpoint.mongodb",
+        reason="needs langgraph-checkpoint-mongodb: pip install -e '.[test,bench]'",
+    )
+    OfficialSaver = official.MongoDBSaver
+
+    graph = chat_builder().compile(checkpointer=OfficialSaver(client, db_name))
+    graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
+    saver = MongoDBSaver(client, db_name)
+    try:
+        with pytest.raises(SchemaUpgradeRequired) as raised:
+            saver.get_tuple(thread("t"))
+        assert "langgraph-checkpoint-mongodb" in str(raised.value)
+        assert f"mongo-ckpt migrate --from-official --source-db {db_name}" in str(raised.value)
+        assert read_version(saver.db, saver_key("checkpoints")) is None
+    finally:
+        client.drop_database(db_name)
+
+
+# -- the store ------------------------------------------------------------------
+
+
+async def test_store_records_and_refuses_newer_versions(make_astore: Any) -> None:
+    store = make_astore()
+    await store.aput(("users", "1"), "prefs", {"theme": "dark"})
+    coll = store.db[SCHEMA_COLLECTION]
+    doc = await maybe_await(coll.find_one({"_id": store_key("store")}))
+    assert doc["version"] == STORE_SCHEMA_VERSION
+    await maybe_await(
+        coll.update_one(
+            {"_id": store_key("store")}, {"$set": {"version": STORE_SCHEMA_VERSION + 1}}
+        )
+    )
+    later = make_astore()
+    with pytest.raises(SchemaTooNewError, match="pip install -U mongo-ckpt"):
+        await later.aget(("users", "1"), "prefs")
+    with pytest.raises(SchemaTooNewError):
+        await later.aput(("users", "1"), "prefs", {"theme": "light"})
+    assert (await store.aget(("users", "1"), "prefs")).value == {"theme": "dark"}
+
+
+def test_sync_store_refuses_newer_versions(make_store: Any) -> None:
+    store = make_store()
+    store.put(("users", "1"), "prefs", {"theme": "dark"})
+    assert read_version(store.db, store_key("store")) == STORE_SCHEMA_VERSION
+    store.db[SCHEMA_COLLECTION].update_one({"_id": store_key("store")}, {"$set": {"version": 9}})
+    with pytest.raises(SchemaTooNewError, match="layout version 9"):
+        make_store().get(("users", "1"), "prefs")
