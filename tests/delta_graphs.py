@@ -33,7 +33,7 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
-from mongo_ckpt.layout import CHECKPOINTS
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.graphs import thread
 from tests.saver_support import Api
 
@@ -300,10 +300,10 @@ def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:
 
 
 async def documents(saver: MongoSaverBase, thread_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every stored document of a thread, per collection, in ``_id`` order."""
+    """Every stored document of a thread, per checkpointer collection, in ``_id`` order."""
     out = {}
-    for name, collection in saver.collections.items():
-        cursor = collection.find({"thread_id": thread_id}, sort=[("_id", 1)])
+    for name in (CHECKPOINTS, BLOBS, WRITES):
+        cursor = saver.collections[name].find({"thread_id": thread_id}, sort=[("_id", 1)])
         is_async = isinstance(saver, AsyncMongoDBSaver)
         out[name] = await cursor.to_list(None) if is_async else list(cursor)
     return out
