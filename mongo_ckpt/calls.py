@@ -163,3 +163,24 @@ def create_indexes(collection: str, indexes: Sequence[IndexModel]) -> Calling[li
 def create_search_index(collection: str, model: SearchIndexModel) -> Calling[str]:
     """``collection.create_search_index(model)``: the index's name."""
     return (yield Call(collection, "create_search_index", (model,)))
+
+
+def index_information(collection: str) -> Calling[dict[str, Document]]:
+    """``collection.index_information()``: each index's key and options by name."""
+    return (yield Call(collection, "index_information"))
+
+
+def command(database: str, spec: Mapping[str, Any]) -> Calling[Document]:
+    """``database.command(spec)``; ``database`` is the key of a database (not a
+    collection) among the collections the driver runs on."""
+    return (yield Call(database, "command", (spec,)))
+
+
+def create_collection(database: str, name: str) -> Calling[Any]:
+    """``database.create_collection(name)``."""
+    return (yield Call(database, "create_collection", (name,)))
+
+
+def drop_collection(database: str, name: str) -> Calling[Any]:
+    """``database.drop_collection(name)``."""
+    return (yield Call(database, "drop_collection", (name,)))

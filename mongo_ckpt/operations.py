@@ -131,12 +131,16 @@ class CheckpointOperations:
                 )
             else:
                 found = 1
-        models = index_models(self.layout)
-        for logical, name in self.layout.by_logical().items():
-            yield from create_indexes(logical, models[name])
+        yield from self.create_indexes()
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         yield from schema.record(key, self.layout.by_logical())
+
+    def create_indexes(self) -> Operation[None]:
+        """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
+        models = index_models(self.layout)
+        for logical, name in self.layout.by_logical().items():
+            yield from create_indexes(logical, models[name])
 
     def _add_join_keys(
         self, where: str, db_name: str, upgrade_limit: int | None
@@ -337,7 +341,14 @@ class CheckpointOperations:
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
             return
-        skeletons = yield from self._skeletons(ids)
+        skeletons, doomed = yield from self.prune_plan(ids)
+        yield from self._delete_checkpoints(ids, skeletons, doomed)
+
+    def prune_plan(
+        self, thread_ids: Sequence[str]
+    ) -> Operation[tuple[builtins.list[Document], builtins.list[Document]]]:
+        """What ``keep_latest`` would delete: ``(skeletons of the threads, doomed ones)``."""
+        skeletons = yield from self._skeletons(coerce_ids(thread_ids, "thread_ids"))
         latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
         for s in skeletons:
             ns_key = key_of(s)[:2]
@@ -345,8 +356,7 @@ class CheckpointOperations:
                 latest[ns_key] = s
         # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
-        doomed = [s for s in skeletons if key_of(s) not in keep]
-        yield from self._delete_checkpoints(ids, skeletons, doomed)
+        return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
     def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)

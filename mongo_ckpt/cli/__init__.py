@@ -15,13 +15,25 @@ from collections.abc import Sequence
 import click
 
 from mongo_ckpt.cli.demo import demo
+from mongo_ckpt.cli.doctor import doctor
+from mongo_ckpt.cli.maintenance import copy, delete, prune
 from mongo_ckpt.cli.migrate import migrate, upgrade
 from mongo_ckpt.cli.options import CliState
+from mongo_ckpt.cli.stats import stats
+from mongo_ckpt.cli.threads import diff, history, show, threads
 
 __all__ = ["CliState", "cli", "main"]
 
 
+class _InOrder(click.Group):
+    """Lists commands in the order they were added (inspect, maintain, check), not sorted."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
 @click.group(
+    cls=_InOrder,
     name="mongo-ckpt",
     help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -30,9 +42,10 @@ def cli() -> None:
     """The command group; each subcommand is added below."""
 
 
-cli.add_command(demo)
-cli.add_command(migrate)
-cli.add_command(upgrade)
+for command in (
+    threads, history, show, diff, stats, delete, copy, prune, doctor, migrate, upgrade, demo
+):
+    cli.add_command(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,6 @@ the current layout (library side: ``mongo_ckpt.migration`` and ``saver.setup``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mongo_ckpt.cli.options import Target, open_client, target_options
+from mongo_ckpt.cli.options import Target, open_client, saver_on, target_options
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
     DEFAULT_BATCH,
@@ -26,31 +25,9 @@ from mongo_ckpt.migration import (
 )
 from mongo_ckpt.migration import Progress as Counts
 from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
-from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import read_version, saver_key
 
 SHOWN_MISMATCHES = 20
-
-
-def _serde() -> Any:
-    """``EncryptedSerializer`` when ``LANGGRAPH_AES_KEY`` is set (as LangGraph reads it)."""
-    if not os.environ.get("LANGGRAPH_AES_KEY"):
-        return None
-    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-
-    return EncryptedSerializer.from_pycryptodome_aes()
-
-
-def _saver(client: Any, target: Target) -> MongoDBSaver:
-    layout = target.layout
-    return MongoDBSaver(
-        client,
-        target.db,
-        checkpoint_collection_name=layout.checkpoints,
-        writes_collection_name=layout.writes,
-        blobs_collection_name=layout.blobs,
-        serde=_serde(),
-    )
 
 
 @contextmanager
@@ -143,7 +120,7 @@ def migrate(
     source = Source(source_db, *_source_collections(source_collections))
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
     with open_client(target) as client:
-        saver = _saver(client, target)
+        saver = saver_on(client, target)
         started = time.perf_counter()
         try:
             with _bar("migrating", target.json) as progress:
@@ -225,7 +202,7 @@ def upgrade(target: Target) -> int:
     key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        _saver(client, target).setup(upgrade_limit=None)
+        saver_on(client, target).setup(upgrade_limit=None)
         after = read_version(client[target.db], key)
     if target.json:
         click.echo(json.dumps({"db": target.db, "before": before, "after": after}))

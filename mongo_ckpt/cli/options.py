@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -9,11 +10,21 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pymongo import MongoClient
+from pymongo.errors import ConnectionFailure
 
-from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.calls import Operation
+from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
+from mongo_ckpt.drivers import run
+from mongo_ckpt.inspection import DATABASE, measures_sizes
 from mongo_ckpt.layout import Layout
+from mongo_ckpt.saver import MongoDBSaver
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,6 +73,7 @@ def target_options(command: F) -> F:
         click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output."),
     ]
 
+    @functools.wraps(command)  # keeps the options decorated below this one
     def wrapped(
         *args: Any,
         uri: str | None,
@@ -75,8 +87,6 @@ def target_options(command: F) -> F:
         target = Target(uri or None, db, Layout(checkpoints, blobs, writes), as_json)
         return command(*args, target=target, **kwargs)
 
-    wrapped.__name__ = command.__name__
-    wrapped.__doc__ = command.__doc__
     for option in reversed(options):
         wrapped = option(wrapped)
     return wrapped  # type: ignore[return-value]
@@ -93,12 +103,68 @@ def open_client(target: Target) -> Iterator[Any]:
     uri = target.uri or os.environ.get("MONGODB_URI")
     if not uri:
         raise click.UsageError("no MongoDB to connect to: pass --uri or set MONGODB_URI")
-    from pymongo import MongoClient
-
-    from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
-
-    client: Any = MongoClient(uri, timeoutMS=DEFAULT_TIMEOUT_MS)
+    # The saver's own client options: timeoutMS 10 s unless the URI sets it.
+    client: Any = MongoClient(uri, **_client_kwargs(uri, None, None))
     try:
         yield client
     finally:
         client.close()
+
+
+def serde_from_env() -> SerializerProtocol:
+    """LangGraph's serializer; ``EncryptedSerializer`` (AES) when ``LANGGRAPH_AES_KEY`` is set."""
+    if not os.environ.get("LANGGRAPH_AES_KEY"):
+        return JsonPlusSerializer()
+    try:
+        return EncryptedSerializer.from_pycryptodome_aes()
+    except (ImportError, ValueError) as exc:
+        raise click.UsageError(f"LANGGRAPH_AES_KEY is set but cannot be used: {exc}") from exc
+
+
+@dataclass
+class Session:
+    """A saver on the target, the collections operations run on, and how sizes are measured."""
+
+    saver: MongoDBSaver
+    collections: dict[str, Any]
+    server_sizes: bool = False
+
+    def run(self, operation: Operation[T]) -> T:
+        """Run a read ``operation`` (without the saver's index creation on first use)."""
+        try:
+            return run(self.collections, operation)
+        except NotImplementedError as exc:
+            if "+" in str(exc) and "serialization type" in str(exc):
+                raise click.ClickException(
+                    f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
+                    "written with"
+                ) from exc
+            raise
+
+
+def saver_on(client: Any, target: Target) -> MongoDBSaver:
+    """A saver on ``client`` for ``target``'s database and collections, with
+    ``serde_from_env()``."""
+    return MongoDBSaver(
+        client,
+        target.db,
+        checkpoint_collection_name=target.layout.checkpoints,
+        writes_collection_name=target.layout.writes,
+        blobs_collection_name=target.layout.blobs,
+        serde=serde_from_env(),
+    )
+
+
+@contextmanager
+def open_session(target: Target) -> Iterator[Session]:
+    """A ``Session`` on ``target`` (see ``open_client``)."""
+    with open_client(target) as client:
+        saver = saver_on(client, target)
+        session = Session(saver, {**saver.collections, DATABASE: saver.db})
+        try:
+            session.server_sizes = session.run(measures_sizes())
+            yield session
+        except ConnectionFailure as exc:
+            raise click.ClickException(
+                f"cannot reach MongoDB at {target.uri or '$MONGODB_URI'}: {exc}"
+            ) from exc

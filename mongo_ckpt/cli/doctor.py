@@ -1,0 +1,69 @@
+"""``doctor``: is the server and the stored layout fit for mongo-ckpt."""
+
+from __future__ import annotations
+
+import click
+
+from mongo_ckpt import health, inspection
+from mongo_ckpt.cli.options import (
+    Session,
+    Target,
+    open_session,
+    target_options,
+)
+from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.layout import CHECKPOINTS
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key, upgrade_command
+
+PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
+MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+
+
+def schema_status(session: Session) -> health.Finding:
+    """The saver's recorded layout version against the one this release reads."""
+    saver = session.saver
+    found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
+    has_data = session.run(inspection.counts())[CHECKPOINTS] > 0
+    upgrade = upgrade_command(saver.db.name, saver.layout)
+    return health.schema_version(found, SAVER_SCHEMA_VERSION, has_data, upgrade)
+
+
+def findings(session: Session) -> list[health.Finding]:
+    """Every doctor check on the session's target."""
+    layout = session.saver.layout
+    by_logical = layout.by_logical()
+    found = session.run(inspection.indexes())
+    by_name = {by_logical[logical]: info for logical, info in found.items()}
+    return [
+        health.server_version(session.run(inspection.server_reply({"buildInfo": 1}))),
+        health.topology(session.run(inspection.server_reply({"hello": 1}))),
+        *health.indexes(layout, by_name),
+        *health.ttl(by_name),
+        schema_status(session),
+        health.writable(session.run(inspection.write_probe(PROBE_COLLECTION))),
+    ]
+
+
+@click.command()
+@target_options
+@click.option("--fix", is_flag=True, help="Create the missing indexes first.")
+def doctor(target: Target, fix: bool) -> None:
+    """Check the server, the indexes, TTL settings, the schema version and write access;
+    each problem comes with its fix. Exit code 1 when a check fails."""
+    with open_session(target) as session:
+        if fix:
+            session.run(session.saver.ops.create_indexes())
+        result = findings(session)
+    failed = any(f.status == "fail" for f in result)
+    if target.json:
+        emit_json({"ok": not failed, "findings": [vars(f) for f in result]})
+    else:
+        out = console()
+        rows = [(MARK[f.status], f.check, f.detail) for f in result]
+        out.print(table(None, ("status", "check", "found"), rows))
+        problems = [f for f in result if f.fix]
+        for f in problems:
+            out.print(f"{MARK[f.status]} {f.check}: {f.fix}", markup=False)
+        out.print("no problems found" if not problems else f"{len(problems)} problems")
+    if failed:
+        raise click.exceptions.Exit(1)

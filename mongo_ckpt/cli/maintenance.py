@@ -1,0 +1,147 @@
+"""``delete``, ``copy`` and ``prune``: the saver's own maintenance methods, with a dry run
+and a confirmation prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import click
+
+from mongo_ckpt import inspection
+from mongo_ckpt.cli.options import Session, Target, open_session, target_options
+from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+
+F = TypeVar("F", bound=Callable[..., Any])
+LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes"}
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if not yes:
+        click.confirm(question, abort=True, err=True)
+
+
+def dry_run_option(command: F) -> F:
+    return click.option(
+        "--dry-run", is_flag=True, help="Only report what would change."
+    )(command)
+
+
+def yes_option(command: F) -> F:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
+
+
+def idle_option(command: F) -> F:
+    return click.option(
+        "--idle-days",
+        type=click.FloatRange(0, min_open=True),
+        default=None,
+        help="Select every thread without a checkpoint in this many days.",
+    )(command)
+
+
+def _selected(session: Session, thread_ids: tuple[str, ...], idle_days: float | None) -> list[str]:
+    if bool(thread_ids) == (idle_days is not None):
+        raise click.UsageError("name the threads, or select them with --idle-days (not both)")
+    if idle_days is None:
+        return sorted(set(thread_ids))
+    cutoff = datetime.now(timezone.utc) - timedelta(days=idle_days)
+    return session.run(inspection.idle_threads(cutoff))
+
+
+def _report(
+    target: Target,
+    action: str,
+    done: bool,
+    threads: list[str],
+    counts: dict[str, int],
+    title: str,
+) -> None:
+    if target.json:
+        emit_json({"action": action, "dry_run": not done, "threads": threads,
+                   "documents": {LABELS[k]: v for k, v in counts.items()}})
+        return
+    verb = ("copied" if action == "copy" else "deleted") if done else "affected"
+    out = console()
+    rows = [(LABELS[k], v) for k, v in counts.items()]
+    out.print(table(title, ("", f"documents {verb}"), rows))
+    if not done:
+        out.print("dry run: nothing was changed")
+
+
+@click.command()
+@target_options
+@click.argument("thread_ids", nargs=-1)
+@idle_option
+@dry_run_option
+@yes_option
+def delete(
+    target: Target, thread_ids: tuple[str, ...], idle_days: float | None, dry_run: bool, yes: bool
+) -> None:
+    """Delete threads: every checkpoint, value and pending write (saver.prune, "delete")."""
+    with open_session(target) as session:
+        selected = _selected(session, thread_ids, idle_days)
+        counts = session.run(inspection.counts(selected))
+        if not dry_run and selected:
+            _confirm(f"Delete {len(selected)} threads ({counts[CHECKPOINTS]} checkpoints)?", yes)
+            session.saver.prune(selected, strategy="delete")
+    _report(target, "delete", not dry_run, selected, counts, f"delete: {len(selected)} threads")
+
+
+@click.command()
+@target_options
+@click.argument("source")
+@click.argument("destination")
+@dry_run_option
+@yes_option
+def copy(target: Target, source: str, destination: str, dry_run: bool, yes: bool) -> None:
+    """Copy thread SOURCE, whole history, to the id DESTINATION (saver.copy_thread)."""
+    if source == destination:
+        raise click.BadParameter("SOURCE and DESTINATION must differ", param_hint="DESTINATION")
+    with open_session(target) as session:
+        counts = session.run(inspection.counts([source]))
+        if not counts[CHECKPOINTS]:
+            raise click.ClickException(f"thread {source!r} has no checkpoints to copy")
+        existing = session.run(inspection.counts([destination]))[CHECKPOINTS]
+        if not dry_run:
+            extra = f" (it already has {existing} checkpoints)" if existing else ""
+            _confirm(f"Copy {source!r} to {destination!r}{extra}?", yes)
+            session.saver.copy_thread(source, destination)
+    title = f"copy {source!r} to {destination!r}"
+    _report(target, "copy", not dry_run, [source, destination], counts, title)
+
+
+@click.command()
+@target_options
+@click.argument("thread_ids", nargs=-1)
+@idle_option
+@dry_run_option
+@yes_option
+def prune(
+    target: Target, thread_ids: tuple[str, ...], idle_days: float | None, dry_run: bool, yes: bool
+) -> None:
+    """Drop old history: keep each namespace's latest checkpoint (and the ancestors its
+    DeltaChannels are rebuilt from), delete the other checkpoints (saver.prune)."""
+    with open_session(target) as session:
+        selected = _selected(session, thread_ids, idle_days)
+        skeletons, doomed = session.run(session.saver.ops.prune_plan(selected))
+        if not dry_run and doomed:
+            _confirm(f"Delete {len(doomed)} of {len(skeletons)} checkpoints?", yes)
+            session.saver.prune(selected, strategy="keep_latest")
+    per_thread: dict[str, int] = {}
+    for skeleton in doomed:
+        per_thread[skeleton["thread_id"]] = per_thread.get(skeleton["thread_id"], 0) + 1
+    if target.json:
+        emit_json({"action": "prune", "dry_run": dry_run, "threads": selected,
+                   "checkpoints": len(skeletons), "pruned": len(doomed),
+                   "pruned_per_thread": per_thread})
+        return
+    out = console()
+    rows = [(t, n) for t, n in sorted(per_thread.items())]
+    verb = "would be deleted" if dry_run else "deleted"
+    out.print(table(f"prune: {len(doomed)} of {len(skeletons)} checkpoints {verb}",
+                    ("thread", "checkpoints"), rows))
+    if dry_run:
+        out.print("dry run: nothing was changed")
