@@ -32,12 +32,15 @@ from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
 from mongo_ckpt.snapshot_distance import SnapshotDistances
+from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
 
 T = TypeVar("T")
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
+# Span names for the operations not named like the public method that runs them.
+_SPAN_NAMES = {"_setup_once": "setup", "delta_channel_history": "get_delta_channel_history"}
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
@@ -61,6 +64,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
+        tracing: Tracing | None = None,
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
@@ -76,6 +80,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             (default: ``min(ttl, 3600)``).
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
+        tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
+            traced when a global tracer provider is set (see docs/observability.md).
         """
         adopt_client(self, client)
         super().__init__(serde=serde)
@@ -109,6 +115,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
         self._is_setup = False
         self._snapshot_distances = SnapshotDistances()
+        self._tracer = operation_tracer(tracing, db_name)
         self._upgrade_limit: int | None = UPGRADE_LIMIT
 
     @property
@@ -145,7 +152,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
         """``operation``, preceded by setup on first use and, with a ``ttl``, by a sweep
-        of expired threads at most once per ``sweep_interval``."""
+        of expired threads at most once per ``sweep_interval``; in a span when traced."""
+        prepared = self._with_upkeep(operation)
+        if self._tracer is None:
+            return prepared
+        name = operation_name(operation)
+        return self._tracer.traced(
+            f"mongo_ckpt.{_SPAN_NAMES.get(name, name)}", prepared, **_thread_of(operation)
+        )
+
+    def _with_upkeep(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
@@ -341,3 +357,18 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Async ``prune``."""
         await self._arun(self.ops.prune(thread_ids, strategy))
 
+
+def _thread_of(operation: Operation[Any]) -> dict[str, Any]:
+    """The thread id and checkpoint namespace ``operation`` was called with, if any
+    (invalid ones too: the operation itself refuses them)."""
+    args = arguments(operation)
+    config = args.get("config")
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        configurable = {}
+    return {
+        "thread_id": configurable.get(
+            "thread_id", args.get("thread_id", args.get("source_thread_id"))
+        ),
+        "checkpoint_ns": configurable.get("checkpoint_ns", "") if configurable else None,
+    }

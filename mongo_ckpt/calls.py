@@ -150,6 +150,13 @@ def update_one(
     return (yield Call(collection, "update_one", (filter, update), {"upsert": upsert}))
 
 
+def update_many(
+    collection: str, filter: Mapping[str, Any], update: Mapping[str, Any]
+) -> Calling[UpdateResult]:
+    """``collection.update_many(filter, update)``."""
+    return (yield Call(collection, "update_many", (filter, update)))
+
+
 def delete_many(collection: str, filter: Mapping[str, Any]) -> Calling[DeleteResult]:
     """``collection.delete_many(filter)``."""
     return (yield Call(collection, "delete_many", (filter,)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -116,20 +117,30 @@ def checkpoint_document(
     }
 
 
+@dataclass
+class ValueWrites:
+    """The ordered requests writing some values, and the keys of those that are
+    first-write-wins and in several parts: after the write, parts of another attempt
+    under those keys (a cut or losing one) are found and removed (``payload.stray_parts``)."""
+
+    requests: list[Any] = field(default_factory=list)
+    multipart: list[dict[str, Any]] = field(default_factory=list)
+
+
 def blob_requests(
     thread_id: str,
     checkpoint_ns: str,
     values: Mapping[str, Any],
     new_versions: ChannelVersions,
     serde: SerializerProtocol,
-) -> list[UpdateOne]:
+) -> ValueWrites:
     """Upserts for the value of every channel in ``new_versions`` that has one.
 
     A version is written once: the head is inserted, never replaced, so a retried
     put with different bytes for the same version reads back the first whole value.
     Parts are keyed by the value's digest, so the two attempts never mix.
     """
-    requests = []
+    out = ValueWrites()
     for channel, version in new_versions.items():
         if channel not in values:
             continue
@@ -140,12 +151,15 @@ def blob_requests(
             "version": version,
         }
         join = blob_join(thread_id, checkpoint_ns, channel, version)
-        for fields in split(*serde.dumps_typed(values[channel])):
+        parts = list(split(*serde.dumps_typed(values[channel])))
+        for fields in parts:
             part = fields.pop("part")
             fields["join"] = join
             update = {"$setOnInsert": fields}
-            requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
-    return requests
+            out.requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
+        if len(parts) > 1:
+            out.multipart.append(key)
+    return out
 
 
 def write_requests(
@@ -155,7 +169,7 @@ def write_requests(
     task_path: str,
     serde: SerializerProtocol,
     idxs: Sequence[int] | None = None,
-) -> list[UpdateOne]:
+) -> ValueWrites:
     """Upserts for pending writes: special channels overwrite, regular ones never do.
 
     Each write's ``idx`` is its position (special channels: their ``WRITES_IDX_MAP``
@@ -166,20 +180,21 @@ def write_requests(
     channel replaces the head, swapping to the new parts in one document write,
     then drops parts of earlier values.
     """
-    requests: list[Any] = []
+    out = ValueWrites()
     join = write_join(key["thread_id"], key["checkpoint_ns"], key["checkpoint_id"])
     for position, (channel, value) in enumerate(writes):
         special = channel in WRITES_IDX_MAP
         idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
         write_key = {**key, "task_id": task_id, "idx": idx}
-        vid = None
-        for fields in split(*serde.dumps_typed(value)):
+        parts = list(split(*serde.dumps_typed(value)))
+        for fields in parts:
             part = fields.pop("part")
-            vid = fields["vid"]
             fields.update(channel=channel, task_path=task_path, join=join)
             update = {"$set" if special and part == 0 else "$setOnInsert": fields}
-            requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
+            out.requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
         if special:
-            stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": vid}}
-            requests.append(DeleteMany(stale))
-    return requests
+            stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": parts[0]["vid"]}}
+            out.requests.append(DeleteMany(stale))
+        elif len(parts) > 1:
+            out.multipart.append(write_key)
+    return out

@@ -46,6 +46,10 @@ def _unique(fields: tuple[str, ...], name: str) -> IndexModel:
     return IndexModel([(f, ASCENDING) for f in fields], unique=True, name=name)
 
 
+# Maintenance marks the documents it is about to delete; sparse, so it holds only those.
+_DOOMED = IndexModel([("doomed", ASCENDING)], name="doomed", sparse=True)
+
+
 def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
     """Indexes per collection name. ``part`` numbers the chunks of a large payload."""
     return {
@@ -58,10 +62,12 @@ def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
             _unique((*BLOB_KEY, "part"), "blob_key"),
             # Joins from checkpoints match (thread, namespace, channel, version).
             IndexModel([("join", ASCENDING)], name="join"),
+            _DOOMED,
         ],
         layout.writes: [
             _unique((*WRITE_KEY, "part"), "write_key"),
             # Joins from checkpoints match (thread, namespace, checkpoint id).
             IndexModel([("join", ASCENDING)], name="join"),
+            _DOOMED,
         ],
     }

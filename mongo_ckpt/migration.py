@@ -206,7 +206,7 @@ def convert(
                     new[channel] = versions[channel]
         out.blobs += blob_requests(
             cp.thread_id, cp.checkpoint_ns, checkpoint["channel_values"], new, ops.serde
-        )
+        ).requests
         doc = checkpoint_document(
             key, checkpoint, cp.metadata, cp.parent_checkpoint_id, ops.serde, ops.filterable_keys
         )
@@ -226,7 +226,7 @@ def convert(
                 task_path,
                 ops.serde,
                 idxs=[w.idx for w in task_writes],
-            )
+            ).requests
     return out
 
 

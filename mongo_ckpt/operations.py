@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bson import ObjectId
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -35,10 +36,12 @@ from mongo_ckpt.calls import (
     find,
     find_cursor,
     next_batch,
+    update_many,
     update_one,
 )
 from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
 from mongo_ckpt.documents import (
+    ValueWrites,
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
@@ -57,9 +60,11 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
+from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
     Loaded,
+    MissingValueError,
     blob_keys_query,
     blobs_query,
     checkpoint_query,
@@ -67,6 +72,7 @@ from mongo_ckpt.reading import (
     key_of,
     keys_query,
     list_query,
+    needed_values,
     split_joined,
     tuple_pipeline,
     writes_query,
@@ -76,6 +82,7 @@ from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
+READ_ATTEMPTS = 3  # reads of a checkpoint that maintenance deletes while it is being read
 _KEY_FIELDS = {
     CHECKPOINTS: CHECKPOINT_KEY,
     BLOBS: (*BLOB_KEY, "part"),
@@ -83,6 +90,12 @@ _KEY_FIELDS = {
 }
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+# Set on the writes and values of checkpoints being deleted, before the checkpoints go:
+# once no checkpoint names them, the mark is how any later maintenance finds them.
+DOOMED = "doomed"
+# Value and write documents no checkpoint names are deleted by maintenance once this old:
+# a put writes its values before its checkpoint, so a younger one may be on its way.
+STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 
 
@@ -163,13 +176,21 @@ class CheckpointOperations:
 
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         query = checkpoint_query(*thread_key(config))
-        docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
-        if not docs:
-            return None
-        doc, write_docs = split_joined(docs)
-        blobs = blobs_query([doc])
-        blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
-        return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
+        attempts = 0
+        while True:
+            docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
+            if not docs:
+                return None
+            doc, write_docs = split_joined(docs)
+            blobs = blobs_query([doc])
+            blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
+            try:
+                return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
+            except MissingValueError:
+                attempts += 1
+                if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
+                    raise
+                # Deleted (by maintenance) while it was read: read again.
 
     def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
         """The tuple of ``doc``, its snapshot counters noted for a history walk."""
@@ -218,8 +239,20 @@ class CheckpointOperations:
         while docs := (yield from next_batch(cursor, size)):
             loaded = yield from self._load(docs)
             for doc in docs:
-                yield Emit(self._noted(loaded, doc))
+                try:
+                    item = self._noted(loaded, doc)
+                except MissingValueError:
+                    if (yield from self._exists(doc)):
+                        raise
+                    continue  # deleted (by maintenance) while it was read
+                yield Emit(item)
             size = min(size * 5, MAX_PAGE)
+
+    def _exists(self, doc: Mapping[str, Any]) -> Operation[bool]:
+        """Whether checkpoint ``doc`` is still stored."""
+        key = dict(zip(CHECKPOINT_KEY, key_of(doc)))
+        found = yield from find(CHECKPOINTS, key, projection={"_id": 1}, limit=1)
+        return bool(found)
 
     def _load(self, docs: Sequence[Mapping[str, Any]]) -> Operation[Loaded]:
         query = blobs_query(docs)
@@ -245,9 +278,8 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        if blobs:  # values first: a reader never sees a checkpoint without its values
-            # Ordered, so each value's head is applied only after its parts (payload.py).
-            yield from bulk_write(BLOBS, blobs, ordered=True)
+        if blobs.requests:  # values first: a reader never sees a checkpoint without its values
+            yield from _write_values(BLOBS, BLOB_KEY, blobs)
         yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
         return {"configurable": key}
 
@@ -267,8 +299,8 @@ class CheckpointOperations:
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         task_id = coerce_id(task_id, "task_id")
         requests = write_requests(key, writes, task_id, task_path or "", self.serde)
-        if requests:
-            yield from bulk_write(WRITES, requests, ordered=True)
+        if requests.requests:
+            yield from _write_values(WRITES, WRITE_KEY, requests)
 
     def delete_thread(self, thread_id: str) -> Operation[None]:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
@@ -291,9 +323,8 @@ class CheckpointOperations:
         if not ids:
             return
         threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
-        if not threads:
-            return
-        skeletons = yield from self._skeletons(threads)
+        # With no checkpoint of the runs left, this still finishes an earlier, cut call.
+        skeletons = (yield from self._skeletons(threads)) if threads else []
         runs = set(ids)
         survivors = [s for s in skeletons if s.get("run_id") not in runs]
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
@@ -306,12 +337,16 @@ class CheckpointOperations:
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
-        # Values and writes first, checkpoints last, as in ``put``.
-        for collection in (BLOBS, WRITES, CHECKPOINTS):
-            cursor = yield from find_cursor(collection, {"thread_id": source})
-            while docs := (yield from next_batch(cursor, COPY_BATCH)):
-                requests = [_copy_request(collection, doc, target) for doc in docs]
-                yield from bulk_write(collection, requests, ordered=False)
+        # The checkpoints as they are now, then their values and writes, then those
+        # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
+        # may have been missed) is not copied.
+        query = {"thread_id": source}
+        ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
+        for collection in (BLOBS, WRITES):
+            yield from _copy(collection, query, target)
+        for start in range(0, len(ids), COPY_BATCH):
+            batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
+            yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
 
     def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
@@ -367,7 +402,7 @@ class CheckpointOperations:
             yield from self._delete(threads, threads, threads)
         return expired
 
-    def _skeletons(self, thread_ids: Sequence[str]) -> Operation[builtins.list[Document]]:
+    def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
         return (yield from find(CHECKPOINTS, query, projection=SKELETON))
 
@@ -377,32 +412,110 @@ class CheckpointOperations:
         skeletons: Sequence[Mapping[str, Any]],
         doomed: Sequence[Mapping[str, Any]],
     ) -> Operation[None]:
-        """Delete ``doomed`` checkpoints, their writes, and the values only they use.
+        """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
-        Values are deleted by exact key: the versions the doomed checkpoints name,
-        minus those a surviving checkpoint of the snapshot names. A value written
-        after the snapshot (a concurrent ``put``) is never a candidate. The one race
-        left: a concurrent ``put`` that forks from a doomed checkpoint and names an
-        existing version only doomed checkpoints named; its read then raises
-        ``MissingValueError`` rather than returning a partial state.
+        Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
+        and the value versions that they, and no surviving checkpoint of the snapshot,
+        need; delete the checkpoints; delete marked documents no checkpoint needs
+        (``_delete_unneeded``, which also finishes any earlier call that was cut).
+
+        Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
+        values, and a checkpoint written before the re-read of the last step that names a
+        marked version (a fork from a doomed checkpoint) keeps it. One race is left: such
+        a fork whose checkpoint lands after that re-read (its writer read the parent
+        before the delete). Its read then raises ``MissingValueError``; it is never
+        returned partial. Closing it needs the checkpoint insert and the value delete in
+        one transaction (mongomock has none) or a read after every ``put``; see
+        docs/architecture.md, *Maintenance next to live writers*.
         """
-        del thread_ids  # the exact keys below carry the threads
-        if not doomed:
-            return
         gone = {key_of(s) for s in doomed}
-        query = keys_query(gone)
-        yield from self._delete(query, query, None)
+        if gone:
+            survivors = [s for s in skeletons if key_of(s) not in gone]
+            unused = needed_values(doomed) - needed_values(survivors)
+            mark = {"$set": {DOOMED: True}}
+            yield from update_many(WRITES, keys_query(gone), mark)
+            if unused:
+                yield from update_many(BLOBS, blob_keys_query(unused), mark)
+            yield from delete_many(CHECKPOINTS, keys_query(gone))
+        yield from self._delete_unneeded(thread_ids)
 
-        def refs(checkpoints: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:
-            return {
-                (s["thread_id"], s["checkpoint_ns"], v["channel"], v["version"])
-                for s in checkpoints
-                for v in s.get("values", ())
+    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
+        """Delete the writes and values that no checkpoint needs, read now: the marked ones
+        (of this call, or of an earlier call that was cut, in any thread) and, in
+        ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
+        and never retried). Parts of such documents go too, and so do old parts that
+        their head does not join (``payload.stray_parts``)."""
+        threads = set(thread_ids)
+        cutoff = ObjectId.from_datetime(datetime.now(timezone.utc) - STRAY_AGE)
+        # The threads' documents by the key index; their age is judged here, by ``_id``.
+        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
+        found: dict[str, builtins.list[Document]] = {}
+        stray: set[Any] = set()
+        for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
+            projection = _fields((*fields, "part", "vid", DOOMED))
+            docs = yield from find(collection, query, projection=projection)
+            found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
+            # Parts no head joins, judged against every head of the threads.
+            own = [d for d in docs if d["thread_id"] in threads]
+            stray.update(stray_parts(own, fields, headless=True))
+        if not any(found.values()):
+            return
+        current = yield from self._skeletons({d["thread_id"] for ds in found.values() for d in ds})
+        needed = {
+            WRITES: {key_of(s) for s in current},
+            BLOBS: needed_values(current),
+        }
+        for collection, owner_key in ((WRITES, CHECKPOINT_KEY), (BLOBS, BLOB_KEY)):
+            docs = found[collection]
+            ids = {
+                d["_id"]
+                for d in docs
+                if key_of(d, owner_key) not in needed[collection]
+                or (d["_id"] in stray and _older(d, cutoff))
             }
+            if ids:
+                owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
+                yield from delete_many(
+                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                )
 
-        unused = refs(doomed) - refs(s for s in skeletons if key_of(s) not in gone)
-        if unused:
-            yield from delete_many(BLOBS, blob_keys_query(unused))
+
+def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
+    """Whether ``doc`` was inserted before ``cutoff`` (by its ObjectId ``_id``)."""
+    return isinstance(doc["_id"], ObjectId) and doc["_id"] < cutoff
+
+
+def _fields(names: Iterable[str]) -> dict[str, int]:
+    return {name: 1 for name in names}
+
+
+def _write_values(
+    collection: str, key_fields: tuple[str, ...], writes: ValueWrites
+) -> Operation[None]:
+    """Write values in one ordered bulk write, so each head lands after its parts.
+
+    Values in several parts then cost one ``find`` of their part ids, and parts left by a
+    cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
+    """
+    yield from bulk_write(collection, writes.requests, ordered=True)
+    if not writes.multipart:
+        return
+    query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
+    projection = _fields(("part", "vid", *key_fields))
+    docs = yield from find(collection, query, projection=projection)
+    stray = stray_parts(docs, key_fields)
+    if stray:
+        thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
+        yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
+
+
+def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:
+    cursor = yield from find_cursor(collection, query)
+    while docs := (yield from next_batch(cursor, COPY_BATCH)):
+        requests: builtins.list[WriteRequest] = [
+            _copy_request(collection, doc, target) for doc in docs
+        ]
+        yield from bulk_write(collection, requests, ordered=False)
 
 
 def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:

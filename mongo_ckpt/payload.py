@@ -93,3 +93,27 @@ def join(
             continue
         out[key] = (head, (head["type"], data))
     return out
+
+
+def stray_parts(
+    docs: Iterable[Mapping[str, Any]], key_fields: tuple[str, ...], *, headless: bool = False
+) -> list[Any]:
+    """``_id`` of the non-head parts (from ``docs``, all parts of some keys) that no read
+    ever joins: those whose value id is not their head's (a cut or losing attempt) and,
+    with ``headless``, those whose key has no head at all.
+
+    Without ``headless`` only keys with a head are judged: a write may still be on its way.
+    """
+    heads: dict[tuple[Any, ...], Any] = {}
+    tails: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = []
+    for doc in docs:
+        key = tuple(doc[f] for f in key_fields)
+        if _tail(doc) is None:
+            heads[key] = doc.get("vid")
+        else:
+            tails.append((key, doc))
+    return [
+        doc["_id"]
+        for key, doc in tails
+        if (key in heads and doc.get("vid") != heads[key]) or (headless and key not in heads)
+    ]

@@ -123,13 +123,20 @@ def _containment(path: str, value: Any) -> dict[str, Any]:
     return conditions
 
 
-def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The ``checkpoint_blobs`` query for the channel values of ``docs``; ``None`` if none."""
-    refs = {
+def needed_values(docs: Iterable[Mapping[str, Any]]) -> set[Key]:
+    """The ``(thread, ns, channel, version)`` keys of every value document that reading
+    the checkpoints ``docs`` needs. Reads fetch exactly these, and maintenance keeps every
+    value some surviving checkpoint needs, so this is the one place that says which."""
+    return {
         (doc["thread_id"], doc["checkpoint_ns"], v["channel"], v["version"])
         for doc in docs
         for v in doc.get("values", ())
     }
+
+
+def blobs_query(docs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``checkpoint_blobs`` query for the channel values of ``docs``; ``None`` if none."""
+    refs = needed_values(docs)
     if not refs:
         return None
     return {"$or": [dict(zip(BLOB_KEY, ref)) for ref in sorted(refs, key=repr)]}

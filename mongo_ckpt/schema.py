@@ -14,6 +14,7 @@ data is read or written. Versions only go up (``$max``).
 Saver versions:
   1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
   2. ``join`` keys on value and write documents; this document exists.
+  3. A sparse ``doomed`` index on values and writes (maintenance marks what it deletes).
 
 Store versions:
   1. The current layout.
@@ -32,7 +33,7 @@ from mongo_ckpt.layout import Layout
 
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
 SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
-SAVER_SCHEMA_VERSION = 2
+SAVER_SCHEMA_VERSION = 3
 STORE_SCHEMA_VERSION = 1
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.

@@ -23,10 +23,13 @@ from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
-from mongo_ckpt.store.operations import STORE, StoreOperations
+from mongo_ckpt.store.operations import STORE, Plan, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
+from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
 
 T = TypeVar("T")
+# Span names for the operations not named like the public method that runs them.
+_SPAN_NAMES = {"_setup_once": "setup"}
 
 
 class MongoStoreBase(BaseStore):
@@ -51,6 +54,7 @@ class MongoStoreBase(BaseStore):
         exact_search: bool = False,
         serde: SerializerProtocol | None = None,
         auto_index_timeout: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``index``: semantic search (``IndexConfig``); ``ttl``: expiry (``TTLConfig``, minutes).
 
@@ -66,6 +70,9 @@ class MongoStoreBase(BaseStore):
         ``serde`` (e.g. ``EncryptedSerializer``): values are stored as ``serde`` serializes
         them instead of as BSON documents, and search filters run in Python on the values
         read back (same operators and results).
+
+        ``tracing``: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
+        traced when a global tracer provider is set (see docs/observability.md).
         """
         if _is_collection(client):  # MongoDBStore(collection, ttl_config=..., index_config=...)
             if isinstance(db_name, Mapping):  # the official positional order
@@ -103,6 +110,7 @@ class MongoStoreBase(BaseStore):
             SCHEMA: self.db[SCHEMA_COLLECTION],
         }
         self._is_setup = False
+        self._tracer = operation_tracer(tracing, self.db.name)
 
     @classmethod
     def from_saver(cls, saver: Any, **kwargs: Any) -> Self:
@@ -132,7 +140,20 @@ class MongoStoreBase(BaseStore):
         async def _arun(self, operation: Operation[T]) -> T: ...
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use."""
+        """``operation``, preceded by setup on first use; in a span when traced."""
+        prepared = self._after_setup(operation)
+        if self._tracer is None:
+            return prepared
+        plan = arguments(operation).get("plan")
+        if isinstance(plan, Plan):
+            name, namespaces = plan.kind(), plan.namespaces()
+        else:
+            name, namespaces = operation_name(operation), set()
+        return self._tracer.traced(
+            f"mongo_ckpt.store.{_SPAN_NAMES.get(name, name)}", prepared, namespaces=namespaces
+        )
+
+    def _after_setup(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
         return (yield from operation)
 

@@ -52,7 +52,7 @@ from mongo_ckpt.calls import (
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.store import documents, reading
 from mongo_ckpt.store.filters import matches, value_clauses
-from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query
+from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query, split
 from mongo_ckpt.store.reading import key_of
 from mongo_ckpt.store.vectors import (
     SEARCH_INDEX_NAME,
@@ -85,6 +85,21 @@ class Plan:
     listings: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
     puts: dict[ItemKey, PutOp] = field(default_factory=dict)
     embedding: EmbeddingRequest = field(default_factory=EmbeddingRequest)
+
+    def kind(self) -> str:
+        """The ``BaseStore`` method the batch is: ``get``, ``search``, ``put``, ``delete``,
+        ``list_namespaces``, or ``batch`` when it mixes them."""
+        kinds = {"get"} if self.gets else set()
+        kinds |= {"search"} if self.searches else set()
+        kinds |= {"list_namespaces"} if self.listings else set()
+        kinds |= {"delete" if op.value is None else "put" for op in self.puts.values()}
+        return kinds.pop() if len(kinds) == 1 else "batch"
+
+    def namespaces(self) -> set[tuple[str, ...]]:
+        """The namespaces the batch reads or writes items in (search prefixes included)."""
+        found = {split(joined) for joined, _ in self.gets}
+        found |= {tuple(op.namespace_prefix) for _, op, _ in self.searches}
+        return found | {tuple(op.namespace) for op in self.puts.values()}
 
 
 class StoreOperations:

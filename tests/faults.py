@@ -17,6 +17,7 @@ by returning awaitables, on async ones.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,17 +76,20 @@ class Faults(_Wrapper):
 
     def __init__(self, collections: dict[str, Any]) -> None:
         self.calls: list[tuple[str, str, int]] = []  # (collection, method, bulk size)
+        self.unordered: set[int] = set()  # numbers of the unordered bulk writes
         self.fault: Fault | None = None
         self.fired = False
         super().__init__(collections)
 
     def arm(self, fault: Fault | None) -> None:
-        self.calls, self.fault, self.fired = [], fault, False
+        self.calls, self.unordered, self.fault, self.fired = [], set(), fault, False
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         number = len(self.calls)
         size = len(args[0]) if attr == "bulk_write" else 0
         self.calls.append((name, attr, size))
+        if not kwargs.get("ordered", True):
+            self.unordered.add(number)
         fault = self.fault
         if fault is None or fault.call != number:
             return method(*args, **kwargs)
@@ -132,3 +136,18 @@ class ByteCounter(_Wrapper):
         for doc in cursor:
             self.bytes += len(bson.encode(doc))
             yield doc
+
+
+class Serialized(_Wrapper):
+    """One call at a time across threads, with ``find``/``aggregate`` read in full inside it
+    (sync collections). mongomock is not thread-safe: two threads deleting one document
+    raise ``KeyError``. A server applies each command atomically; this makes mongomock do so."""
+
+    def __init__(self, collections: dict[str, Any], lock: threading.Lock) -> None:
+        self.lock = lock
+        super().__init__(collections)
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        with self.lock:
+            result = method(*args, **kwargs)
+            return list(result) if attr in ("find", "aggregate") else result

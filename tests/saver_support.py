@@ -27,7 +27,8 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, WRITE_KEY, WRITES
+from mongo_ckpt.reading import key_of
 from tests.backends import count_calls, maybe_await, total
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
@@ -212,7 +213,8 @@ async def put_chain(
 
 
 async def assert_no_orphans(api: Api) -> None:
-    """Every blob is referenced by a checkpoint, every write belongs to a checkpoint."""
+    """Every blob is referenced by a checkpoint, every write belongs to a checkpoint,
+    every part of a value is joined by its head, and no document is left marked."""
     checkpoints = await api.docs(CHECKPOINTS)
     keys = {(d["thread_id"], d["checkpoint_ns"], d["checkpoint_id"]) for d in checkpoints}
     refs = {
@@ -229,6 +231,14 @@ async def assert_no_orphans(api: Api) -> None:
     }
     assert blobs - refs == set(), "blob documents no checkpoint refers to"
     assert writes - keys == set(), "write documents of deleted checkpoints"
+    for logical, fields in ((BLOBS, BLOB_KEY), (WRITES, WRITE_KEY)):
+        docs = await api.docs(logical)
+        assert not [d for d in docs if "doomed" in d], f"{logical}: marked documents left"
+        heads = {key_of(d, fields): d.get("vid") for d in docs if d.get("part", 0) == 0}
+        stray = [
+            d for d in docs if d.get("part", 0) != 0 and heads.get(key_of(d, fields)) != d["vid"]
+        ]
+        assert not stray, f"{logical}: parts no head joins"
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from mongo_ckpt import MongoDBSaver, SchemaUpgradeRequired
 from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
-from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, saver_key
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, read_version, saver_key
 from tests.graphs import chat_builder, contents, thread
 
 OfficialSaver = pytest.importorskip(
@@ -115,14 +115,16 @@ def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None
         assert command == f"mongo-ckpt upgrade --db {db_name} --checkpoints ck --blobs bl"
         result = invoke(client, *shlex.split(command)[1:], "--json")
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output) == {"db": db_name, "before": None, "after": 2}
-        assert read_version(client[db_name], saver_key("ck")) == 2
+        after = SAVER_SCHEMA_VERSION
+        assert json.loads(result.output) == {"db": db_name, "before": None, "after": after}
+        assert read_version(client[db_name], saver_key("ck")) == SAVER_SCHEMA_VERSION
         assert saver.collections[BLOBS].count_documents({"join": {"$exists": False}}) == 0
         later = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name, **names))
         result = later.invoke({"messages": [HumanMessage("three")]}, thread("t"))
         assert contents(result["messages"])[-1] == ("ai", "#5: three")
         again = invoke(client, *shlex.split(command)[1:])
-        assert again.output.strip() == f"{db_name}: layout version 2 -> version 2"
+        current = SAVER_SCHEMA_VERSION
+        assert again.output.strip() == f"{db_name}: layout version {current} -> version {current}"
         assert saver.collections[CHECKPOINTS].count_documents({}) == 3 * 3  # 3 per turn
     finally:
         client.drop_database(db_name)

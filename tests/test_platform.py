@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 import operator
+import os
+import re
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -15,6 +22,8 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, platform
 from tests.backends import wire_uri
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def load(path: str) -> Any:
@@ -103,3 +112,51 @@ def test_bad_numbers_are_refused() -> None:
         platform.store_kwargs({"MONGO_CKPT_STORE_TTL_MINUTES": "soon"})
     with pytest.raises(platform.ConfigurationError, match="INDEX"):
         platform.store_kwargs({"MONGO_CKPT_STORE_INDEX_DIMS": "8"})
+
+
+def documented_langgraph_json() -> dict[str, Any]:
+    """The ``langgraph.json`` of docs/platform.md."""
+    doc = (REPO / "docs" / "platform.md").read_text()
+    block = re.search(r"## `langgraph.json`\s+```json\n(.*?)```", doc, re.DOTALL)
+    assert block, "docs/platform.md has no langgraph.json block"
+    return json.loads(block.group(1))
+
+
+def test_langgraph_server_loads_the_documented_entry_points() -> None:
+    """langgraph-api's own loader (as ``langgraph dev`` configures it from langgraph.json)
+    enters both factories, a graph runs on what it loaded, thread deletion prunes with
+    ``delete_all``, and leaving the server's lifespan closes the client."""
+    if importlib.util.find_spec("langgraph_api") is None:
+        pytest.skip("langgraph-api comes with the bench extra")
+    langgraph_json = documented_langgraph_json()
+    db = f"p_{uuid.uuid4().hex[:10]}"
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "LS_MONGODB_URI"},
+        # What langgraph-api's CLI sets for `langgraph dev` from langgraph.json.
+        "LANGGRAPH_CHECKPOINTER": json.dumps(langgraph_json["checkpointer"]),
+        "LANGGRAPH_STORE": json.dumps(langgraph_json["store"]),
+        "DATABASE_URI": ":memory:",
+        "REDIS_URI": "fake",
+        "MIGRATIONS_PATH": "__inmem",
+        "MONGODB_URI": wire_uri(),
+        "MONGO_CKPT_DB": db,
+        "MONGO_CKPT_STORE_TTL_MINUTES": "60",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.platform_server"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "checkpointer": "mongo_ckpt.aio.AsyncMongoDBSaver",
+        "store": "mongo_ckpt.store.aio.AsyncMongoDBStore",
+        "db": [db, db],
+        "items": ["seen 0", "seen 1"],
+        "history": 6,
+        "memory": {"n": 1},
+        "values_after_delete": {},
+        "sweeping": True,
+        "sweeper_stopped": True,
+        "client_closed": True,
+    }

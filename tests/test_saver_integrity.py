@@ -40,8 +40,7 @@ def _writes_bulk_size(saver: MongoDBSaver, stored: dict, writes: list, task: str
         saver.put_writes(stored, writes, task)
     finally:
         faults.restore()
-    (call,) = faults.calls
-    return call[2]
+    return faults.calls[0][2]  # the bulk write (a find of part ids follows)
 
 
 def _cut_then(saver: MongoDBSaver, fault: Fault, action) -> bool:

@@ -82,7 +82,8 @@ async def check_older_layout_is_upgraded_in_place(run: Api) -> None:
     messages = await chat(later, "three")
     assert contents(messages)[-2:] == [("human", "three"), ("ai", "#5: three")]
     assert await count(run, BLOBS, missing) == 0 and await count(run, WRITES, missing) == 0
-    assert (await schema_doc(run.saver, saver_key("checkpoints")))["version"] == 2
+    recorded = await schema_doc(run.saver, saver_key("checkpoints"))
+    assert recorded["version"] == SAVER_SCHEMA_VERSION
     # Recorded: the next saver's setup is one round trip.
     again = run.reopened()
     calls = count_calls(again.saver.collections)
@@ -99,7 +100,7 @@ async def check_too_big_upgrade_names_the_command(run: Api) -> None:
     with pytest.raises(SchemaUpgradeRequired) as raised:
         await maybe_await(later.saver.setup(upgrade_limit=before - 1))
     assert f"`mongo-ckpt upgrade --db {run.saver.db.name}`" in str(raised.value)
-    assert "from version 1 to 2" in str(raised.value)
+    assert f"from version 1 to {SAVER_SCHEMA_VERSION}" in str(raised.value)
     # Nothing was changed, and the version is still unrecorded.
     assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == before
     assert await schema_doc(run.saver, saver_key("checkpoints")) is None
