@@ -22,6 +22,7 @@ from pymongo import ReplaceOne, UpdateOne
 
 from mongo_ckpt import schema
 from mongo_ckpt.calls import (
+    Calling,
     Document,
     Emit,
     Operation,
@@ -38,7 +39,7 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
-from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
+from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
 from mongo_ckpt.documents import (
     ValueWrites,
     blob_requests,
@@ -76,6 +77,7 @@ from mongo_ckpt.reading import (
     tuple_pipeline,
     writes_query,
 )
+from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 
 FIRST_PAGE = 10
 MAX_PAGE = 250
@@ -105,10 +107,13 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
+        distances: SnapshotDistances,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
+        # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
+        self.distances = distances
 
     def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
         """Check the recorded layout version; upgrade and record it when older.
@@ -180,12 +185,18 @@ class CheckpointOperations:
             blobs = blobs_query([doc])
             blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
             try:
-                return Loaded(self.serde, blob_docs, write_docs).tuple(doc)
+                return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
             except MissingValueError:
                 attempts += 1
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
                     raise
                 # Deleted (by maintenance) while it was read: read again.
+
+    def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
+        """The tuple of ``doc``, its snapshot counters noted for a history walk."""
+        result = loaded.tuple(doc)
+        self.distances.note(key_of(doc), result.metadata)
+        return result
 
     def delta_channel_history(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -193,14 +204,23 @@ class CheckpointOperations:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
-        pipeline = history_pipeline(
-            self.layout.by_logical(),
-            checkpoint_query(thread_id, checkpoint_ns, checkpoint_id),
-            thread_id,
-            checkpoint_ns,
-            list(channels),
-        )
-        docs = yield from aggregate(CHECKPOINTS, pipeline)
+        target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
+        depth = MAX_DEPTH
+        if checkpoint_id is not None:
+            depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
+
+        def walk(depth: int) -> Calling[list[Document]]:
+            collections = self.layout.by_logical()
+            pipeline = history_pipeline(
+                collections, target, thread_id, checkpoint_ns, list(channels), depth
+            )
+            return aggregate(CHECKPOINTS, pipeline)
+
+        docs = yield from walk(depth)
+        if depth < MAX_DEPTH and walk_cut_short(docs):
+            # Counters that understate the distance (metadata not written by LangGraph's
+            # loop): walk again as far as LangGraph's bound.
+            docs = yield from walk(MAX_DEPTH)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -220,7 +240,7 @@ class CheckpointOperations:
             loaded = yield from self._load(docs)
             for doc in docs:
                 try:
-                    item = loaded.tuple(doc)
+                    item = self._noted(loaded, doc)
                 except MissingValueError:
                     if (yield from self._exists(doc)):
                         raise
