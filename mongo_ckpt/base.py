@@ -32,6 +32,7 @@ from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
+from mongo_ckpt.snapshot_distance import SnapshotDistances
 from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
 
 T = TypeVar("T")
@@ -119,6 +120,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
         self.list_deltas = ListDeltas(enabled=list_deltas)
         self._is_setup = False
+        self._snapshot_distances = SnapshotDistances()
         self._tracer = operation_tracer(tracing, db_name)
         self._upgrade_limit: int | None = UPGRADE_LIMIT
 
@@ -136,7 +138,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
         return CheckpointOperations(
-            self.layout, self.serde, self.filterable_metadata_keys, self.list_deltas
+            self.layout,
+            self.serde,
+            self.filterable_metadata_keys,
+            self._snapshot_distances,
+            self.list_deltas,
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:

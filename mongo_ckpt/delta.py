@@ -3,15 +3,20 @@
 ``history_pipeline`` walks a checkpoint's ancestors with ``$graphLookup`` and
 returns, as separate small documents, only the writes between the target and
 each requested channel's seed (the nearest ancestor that stores the channel's
-value) plus the seed values. ``assemble`` turns those documents into the
+value) plus the seed values. It is composed of the stage builders below, each
+noting the documents it emits. ``assemble`` turns the output into the
 ``DeltaChannelHistory`` mapping LangGraph expects. ``needed_ancestors`` is the
 same walk in Python over checkpoint skeletons, used by prune and
 delete_for_runs so they never cut a chain a surviving checkpoint needs.
+
+Only operators every backend implements are used: no ``$reduce``,
+``$indexOfArray``, ``$sortArray``, ``$lookup`` sub-pipelines or array-crossing
+paths. One-element arrays are built with ``$map``: object literals inside array
+literals are not evaluated as expressions by every backend.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,10 +27,225 @@ from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY,
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 from mongo_ckpt.reading import MissingValueError
+from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
-# LangGraph snapshots every delta channel at least this often (same variable and default).
-MAX_DEPTH = int(os.getenv("LANGGRAPH_DELTA_MAX_SUPERSTEPS_SINCE_SNAPSHOT", "5000")) + 1
-_UNBOUNDED = MAX_DEPTH + 1
+Stage = dict[str, Any]
+# The seed depth of a channel without a seed: past the end of any chain.
+NO_SEED = MAX_DEPTH + 1
+
+
+def history_pipeline(
+    collections: Mapping[str, str],
+    target: Mapping[str, Any],
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    max_depth: int = MAX_DEPTH,
+) -> list[Stage]:
+    """One aggregation on ``checkpoints`` returning the history of ``channels`` at ``target``.
+
+    ``target`` is the ``$match`` for the target checkpoint (the latest one if it
+    names no id); the walk goes at most ``max_depth`` steps above its parent
+    (``snapshot_distance.walk_depth``). Output: ``{"chain": [ancestor ids, nearest
+    first], "cut": bool}`` once, then ``{"w": write part}`` and ``{"b": seed value
+    part}`` documents. Nothing when the target has no ancestor (mongomock: an empty chain).
+    """
+    return [
+        *target_stages(target),
+        *chain_stages(collections[CHECKPOINTS], thread_id, checkpoint_ns, max_depth),
+        *seed_depth_stages(channels),
+        *work_item_stages(thread_id, checkpoint_ns, channels, max_depth),
+        *part_lookup_stages(collections),
+        *own_part_stages(thread_id, checkpoint_ns),
+    ]
+
+
+def target_stages(target: Mapping[str, Any]) -> list[Stage]:
+    """Emits the target checkpoint document: the newest one matching ``target``."""
+    return [{"$match": target}, {"$sort": {"checkpoint_id": -1}}, {"$limit": 1}]
+
+
+def chain_stages(
+    collection: str, thread_id: str, checkpoint_ns: str, max_depth: int
+) -> list[Stage]:
+    """Emits ``{"chain": [{"id", "depth", "parent", "stored"}, ...]}``: the ancestors at
+    most ``max_depth`` steps above the parent (depth 0), nearest first.
+
+    ``stored`` lists ``{"channel", "version"}`` of the values stored at that ancestor.
+    The chain is filtered by thread and namespace again (copied threads share
+    checkpoint ids, and not every server applies ``restrictSearchWithMatch``) and
+    sorted by depth with ``$unwind``/``$sort``/``$group``: ``$graphLookup`` promises
+    no order.
+    """
+    return [
+        {
+            "$graphLookup": {
+                "from": collection,
+                "startWith": "$parent_checkpoint_id",
+                "connectFromField": "parent_checkpoint_id",
+                "connectToField": "checkpoint_id",
+                "as": "chain",
+                "depthField": "depth",
+                "maxDepth": max_depth,
+                "restrictSearchWithMatch": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns},
+            }
+        },
+        {"$unwind": "$chain"},
+        {"$match": {"chain.thread_id": thread_id, "chain.checkpoint_ns": checkpoint_ns}},
+        {"$sort": {"chain.depth": 1}},
+        {
+            "$group": {
+                "_id": None,
+                "chain": {
+                    "$push": {
+                        "id": "$chain.checkpoint_id",
+                        "depth": "$chain.depth",
+                        "parent": {"$ifNull": ["$chain.parent_checkpoint_id", None]},
+                        "stored": {"$ifNull": ["$chain.values", []]},
+                    }
+                },
+            }
+        },
+    ]
+
+
+def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:
+    """Adds ``s<i>`` to the chain document, channel ``i``'s seed (the nearest entry
+    storing it), and ``l<i>``, the seed's depth or ``NO_SEED`` when the chain has none."""
+    nearest = {
+        f"s{i}": {
+            "$arrayElemAt": [
+                {"$filter": {"input": "$chain", "as": "a", "cond": _stores("$$a", name)}},
+                0,
+            ]
+        }
+        for i, name in enumerate(_names(channels))
+    }
+    depths = {f"l{i}": {"$ifNull": [f"$s{i}.depth", NO_SEED]} for i in range(len(channels))}
+    return [{"$addFields": nearest}, {"$addFields": depths}]
+
+
+def work_item_stages(
+    thread_id: str, checkpoint_ns: str, channels: Sequence[str], max_depth: int
+) -> list[Stage]:
+    """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
+    "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
+    seed]}`` and, for a seeded channel, ``{"channel", "bj": its seed value's join key}``.
+    """
+    names = _names(channels)
+    # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
+    # to this thread and namespace.
+    prefix = {"$literal": thread_id + JOIN_SEP + checkpoint_ns + JOIN_SEP}
+    deepest: Any = "$l0"
+    for i in range(1, len(names)):
+        deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
+    chain_item = _one({"chain": _ids_within(deepest), "cut": _cut(len(names), max_depth)})
+    write_items = [
+        _one({"channel": name, "ids": _ids_within(f"$l{i}", prefix)})
+        for i, name in enumerate(names)
+    ]
+    seed_items = [_seed_item(i, channel, prefix) for i, channel in enumerate(channels)]
+    items = {"$concatArrays": [chain_item, *write_items, *seed_items]}
+    return [
+        {"$project": {"_id": 0, "items": items}},
+        {"$unwind": "$items"},
+        {"$replaceRoot": {"newRoot": "$items"}},
+    ]
+
+
+def _cut(count: int, max_depth: int) -> dict[str, Any]:
+    """Whether one of ``count`` channels has no seed and the walk stopped at ``max_depth``
+    although the entry there has a parent, so a longer walk might find more."""
+    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
+    beyond = {
+        "$filter": {
+            "input": "$chain",
+            "as": "a",
+            "cond": {"$and": [{"$eq": ["$$a.depth", max_depth]}, {"$ne": ["$$a.parent", None]}]},
+        }
+    }
+    return {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
+
+
+def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
+    """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
+    name = {"$literal": channel}
+    at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
+    # Join keys of the seed value and of the list-delta bases it is rebuilt from.
+    join_keys = {
+        "$map": {
+            "input": _stored_entries(name),
+            "as": "v",
+            "in": {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, "$$v.version"]},
+        }
+    }
+    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_keys}}}
+
+
+def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
+    """Adds ``b`` (one part of a seed value, by ``bj``) and ``w`` (one write part, by
+    ``ids``): one document per part found, the work item alone when there is none."""
+    return [
+        {
+            "$lookup": {
+                "from": collections[BLOBS],
+                "localField": "bj",
+                "foreignField": "join",
+                "as": "b",
+            }
+        },
+        {"$unwind": {"path": "$b", "preserveNullAndEmptyArrays": True}},
+        {
+            "$lookup": {
+                "from": collections[WRITES],
+                "localField": "ids",
+                "foreignField": "join",
+                "as": "w",
+            }
+        },
+        {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
+    ]
+
+
+def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
+    """Emits ``{"chain", "cut"}``, ``{"w": write part}`` or ``{"b": seed value part}`` (the
+    other fields null): parts of another thread, namespace or channel are dropped, and
+    so are items whose lookups found nothing."""
+
+    def own(part: str) -> dict[str, Any]:
+        return {
+            "$and": [
+                {"$eq": [f"{part}.thread_id", {"$literal": thread_id}]},
+                {"$eq": [f"{part}.checkpoint_ns", {"$literal": checkpoint_ns}]},
+                {"$eq": [f"{part}.channel", "$channel"]},
+            ]
+        }
+
+    return [
+        {
+            "$project": {
+                "_id": 0,
+                "chain": 1,
+                "cut": 1,
+                "w": {"$cond": [own("$w"), "$w", None]},
+                "b": {"$cond": [own("$b"), "$b", None]},
+            }
+        },
+        {
+            "$match": {
+                "$or": [{"chain": {"$exists": True}}, {"w": {"$ne": None}}, {"b": {"$ne": None}}]
+            }
+        },
+    ]
+
+
+def _names(channels: Sequence[str]) -> list[dict[str, str]]:
+    return [{"$literal": ch} for ch in channels]
+
+
+def _one(item: dict[str, Any]) -> dict[str, Any]:
+    """A one-element array holding ``item``, its expressions evaluated."""
+    return {"$map": {"input": [0], "in": item}}
 
 
 def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
@@ -49,170 +269,9 @@ def _stored_entries(name: dict[str, Any]) -> dict[str, Any]:
     return {"$filter": {"input": "$$a.stored", "as": "v", "cond": cond}}
 
 
-def history_pipeline(
-    collections: Mapping[str, str],
-    target: Mapping[str, Any],
-    thread_id: str,
-    checkpoint_ns: str,
-    channels: Sequence[str],
-) -> list[dict[str, Any]]:
-    """One aggregation on ``checkpoints`` returning the history of ``channels`` at ``target``.
-
-    ``target`` is the ``$match`` for the target checkpoint (the latest one if it
-    names no id). Output documents are ``{"chain": [ancestor ids, nearest first]}``
-    (once), ``{"w": write part}`` and ``{"b": seed value part}``. The
-    ``$graphLookup`` chain is filtered by thread and namespace again (copied
-    threads share checkpoint ids) and sorted by depth with
-    ``$unwind``/``$sort``/``$group``, since its order is not guaranteed. Per
-    channel, one ``$lookup`` fetches the writes of the ancestors up to the
-    channel's seed. Only operators every backend implements are used: no
-    ``$reduce``, ``$indexOfArray``, ``$sortArray`` or array-crossing paths.
-    """
-    names = [{"$literal": ch} for ch in channels]
-    # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
-    # to this thread and namespace.
-    prefix = {"$literal": thread_id + JOIN_SEP + checkpoint_ns + JOIN_SEP}
-    deepest: Any = "$l0"
-    for i in range(1, len(names)):
-        deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
-    # One-element arrays are built with $map: object literals inside array literals
-    # are not evaluated as expressions by every backend.
-    chain_item = {"$map": {"input": [0], "in": {"chain": _ids_within(deepest)}}}
-    write_items = [
-        {"$map": {"input": [0], "in": {"channel": name, "ids": _ids_within(f"$l{i}", prefix)}}}
-        for i, name in enumerate(names)
-    ]
-    seed_items = [
-        {
-            "$map": {
-                "input": {
-                    "$filter": {
-                        "input": "$chain",
-                        "as": "a",
-                        "cond": {"$eq": ["$$a.depth", f"$l{i}"]},
-                    }
-                },
-                "as": "a",
-                "in": {
-                    "channel": name,
-                    # Join keys of the seed value and of the list-delta bases it needs.
-                    "bj": {
-                        "$map": {
-                            "input": _stored_entries(name),
-                            "as": "v",
-                            "in": {
-                                "$concat": [
-                                    prefix,
-                                    {"$literal": channels[i] + JOIN_SEP},
-                                    "$$v.version",
-                                ]
-                            },
-                        }
-                    },
-                },
-            }
-        }
-        for i, name in enumerate(names)
-    ]
-
-    def own(prefix: str) -> dict[str, Any]:
-        return {
-            "$and": [
-                {"$eq": [f"{prefix}.thread_id", {"$literal": thread_id}]},
-                {"$eq": [f"{prefix}.checkpoint_ns", {"$literal": checkpoint_ns}]},
-                {"$eq": [f"{prefix}.channel", "$channel"]},
-            ]
-        }
-
-    return [
-        {"$match": target},
-        {"$sort": {"checkpoint_id": -1}},
-        {"$limit": 1},
-        {
-            "$graphLookup": {
-                "from": collections[CHECKPOINTS],
-                "startWith": "$parent_checkpoint_id",
-                "connectFromField": "parent_checkpoint_id",
-                "connectToField": "checkpoint_id",
-                "as": "chain",
-                "depthField": "depth",
-                "maxDepth": MAX_DEPTH,
-                "restrictSearchWithMatch": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns},
-            }
-        },
-        {"$unwind": "$chain"},
-        {"$match": {"chain.thread_id": thread_id, "chain.checkpoint_ns": checkpoint_ns}},
-        {"$sort": {"chain.depth": 1}},
-        {
-            "$group": {
-                "_id": None,
-                "chain": {
-                    "$push": {
-                        "id": "$chain.checkpoint_id",
-                        "depth": "$chain.depth",
-                        "stored": {"$ifNull": ["$chain.values", []]},
-                    }
-                },
-            }
-        },
-        # s<i>: the nearest ancestor storing channel i (its seed); l<i>: its depth, or
-        # past the end of the chain when the channel has no seed.
-        {
-            "$addFields": {
-                f"s{i}": {
-                    "$arrayElemAt": [
-                        {"$filter": {"input": "$chain", "as": "a", "cond": _stores("$$a", name)}},
-                        0,
-                    ]
-                }
-                for i, name in enumerate(names)
-            }
-        },
-        {
-            "$addFields": {
-                f"l{i}": {"$ifNull": [f"$s{i}.depth", _UNBOUNDED]} for i in range(len(names))
-            }
-        },
-        {
-            "$project": {
-                "_id": 0,
-                "items": {"$concatArrays": [chain_item, *write_items, *seed_items]},
-            }
-        },
-        {"$unwind": "$items"},
-        {"$replaceRoot": {"newRoot": "$items"}},
-        {
-            "$lookup": {
-                "from": collections[BLOBS],
-                "localField": "bj",
-                "foreignField": "join",
-                "as": "b",
-            }
-        },
-        {"$unwind": {"path": "$b", "preserveNullAndEmptyArrays": True}},
-        {
-            "$lookup": {
-                "from": collections[WRITES],
-                "localField": "ids",
-                "foreignField": "join",
-                "as": "w",
-            }
-        },
-        {"$unwind": {"path": "$w", "preserveNullAndEmptyArrays": True}},
-        {
-            "$project": {
-                "_id": 0,
-                "chain": 1,
-                "w": {"$cond": [own("$w"), "$w", None]},
-                "b": {"$cond": [own("$b"), "$b", None]},
-            }
-        },
-        {
-            "$match": {
-                "$or": [{"chain": {"$exists": True}}, {"w": {"$ne": None}}, {"b": {"$ne": None}}]
-            }
-        },
-    ]
+def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether ``history_pipeline`` output says its walk may have stopped above a seed."""
+    return any(d.get("cut") for d in docs if "chain" in d)
 
 
 def assemble(

@@ -22,6 +22,7 @@ from pymongo import ReplaceOne, UpdateOne
 
 from mongo_ckpt import schema
 from mongo_ckpt.calls import (
+    Calling,
     Document,
     Emit,
     Operation,
@@ -38,7 +39,7 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
-from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors
+from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
 from mongo_ckpt.documents import (
     ValueWrites,
     blob_requests,
@@ -77,6 +78,7 @@ from mongo_ckpt.reading import (
     tuple_pipeline,
     writes_query,
 )
+from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 
 FIRST_PAGE = 10
 MAX_PAGE = 250
@@ -106,12 +108,15 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
+        distances: SnapshotDistances,
         list_deltas: ListDeltas | None = None,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
         self.deltas = list_deltas if list_deltas is not None else ListDeltas(enabled=False)
+        # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
+        self.distances = distances
 
     def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
         """Check the recorded layout version; upgrade and record it when older.
@@ -183,14 +188,19 @@ class CheckpointOperations:
             blobs = blobs_query([doc])
             blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
             try:
-                loaded = Loaded(self.serde, blob_docs, write_docs).tuple(doc)
-                self.deltas.remember(doc)
-                return loaded
+                return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
             except MissingValueError:
                 attempts += 1
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
                     raise
                 # Deleted (by maintenance) while it was read: read again.
+
+    def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
+        """The tuple of ``doc``, its snapshot counters noted for a history walk."""
+        result = loaded.tuple(doc)
+        self.distances.note(key_of(doc), result.metadata)
+        self.deltas.remember(doc)
+        return result
 
     def delta_channel_history(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -198,14 +208,23 @@ class CheckpointOperations:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
-        pipeline = history_pipeline(
-            self.layout.by_logical(),
-            checkpoint_query(thread_id, checkpoint_ns, checkpoint_id),
-            thread_id,
-            checkpoint_ns,
-            list(channels),
-        )
-        docs = yield from aggregate(CHECKPOINTS, pipeline)
+        target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
+        depth = MAX_DEPTH
+        if checkpoint_id is not None:
+            depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
+
+        def walk(depth: int) -> Calling[list[Document]]:
+            collections = self.layout.by_logical()
+            pipeline = history_pipeline(
+                collections, target, thread_id, checkpoint_ns, list(channels), depth
+            )
+            return aggregate(CHECKPOINTS, pipeline)
+
+        docs = yield from walk(depth)
+        if depth < MAX_DEPTH and walk_cut_short(docs):
+            # Counters that understate the distance (metadata not written by LangGraph's
+            # loop): walk again as far as LangGraph's bound.
+            docs = yield from walk(MAX_DEPTH)
         return assemble(docs, channels, self.serde)
 
     def list(
@@ -225,12 +244,11 @@ class CheckpointOperations:
             loaded = yield from self._load(docs)
             for doc in docs:
                 try:
-                    item = loaded.tuple(doc)
+                    item = self._noted(loaded, doc)
                 except MissingValueError:
                     if (yield from self._exists(doc)):
                         raise
                     continue  # deleted (by maintenance) while it was read
-                self.deltas.remember(doc)
                 yield Emit(item)
             size = min(size * 5, MAX_PAGE)
 

@@ -33,6 +33,7 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.graphs import thread
 from tests.saver_support import Api
 
@@ -265,6 +266,29 @@ class DefaultWalk:
         )
 
 
+class HistoryWalks:
+    """Wraps a saver's ``checkpoints`` collection (``restore`` unwraps it) and keeps the
+    ``$graphLookup`` ``maxDepth`` of every history pipeline sent to it."""
+
+    def __init__(self, saver: MongoSaverBase) -> None:
+        self.saver = saver
+        self.inner = saver.collections[CHECKPOINTS]
+        self.max_depths: list[int] = []
+        saver.collections[CHECKPOINTS] = self
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def aggregate(self, pipeline: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        self.max_depths += [
+            stage["$graphLookup"]["maxDepth"] for stage in pipeline if "$graphLookup" in stage
+        ]
+        return self.inner.aggregate(pipeline, *args, **kwargs)
+
+    def restore(self) -> None:
+        self.saver.collections[CHECKPOINTS] = self.inner
+
+
 def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:
     configurable = config["configurable"]
     assert configurable.get("checkpoint_id"), "the walk reads checkpoints by id"
@@ -276,10 +300,10 @@ def _checkpoint_key(config: RunnableConfig) -> tuple[str, str, str]:
 
 
 async def documents(saver: MongoSaverBase, thread_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every stored document of a thread, per collection, in ``_id`` order."""
+    """Every stored document of a thread, per checkpointer collection, in ``_id`` order."""
     out = {}
-    for name, collection in saver.collections.items():
-        cursor = collection.find({"thread_id": thread_id}, sort=[("_id", 1)])
+    for name in (CHECKPOINTS, BLOBS, WRITES):
+        cursor = saver.collections[name].find({"thread_id": thread_id}, sort=[("_id", 1)])
         is_async = isinstance(saver, AsyncMongoDBSaver)
         out[name] = await cursor.to_list(None) if is_async else list(cursor)
     return out

@@ -25,6 +25,7 @@ from pymongo import MongoClient, monitoring
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli, main
 from mongo_ckpt.inspection import percentiles
+from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, saver_key
 from mongo_ckpt.snapshots import jsonable
 from tests.backends import sync_client, wire_uri
@@ -338,10 +339,9 @@ def test_doctor_finds_nothing_wrong_with_a_fresh_saver(written: Written) -> None
     assert report["ok"] is True
     checks = {f["check"]: f for f in report["findings"]}
     assert {c for c in checks if c.startswith("index ")} == {
-        "index checkpoints.checkpoint_key", "index checkpoints.run_id",
-        "index checkpoints.activity", "index checkpoint_blobs.blob_key",
-        "index checkpoint_blobs.join", "index checkpoint_writes.write_key",
-        "index checkpoint_writes.join",
+        f"index {collection}.{model.document['name']}"
+        for collection, models in index_models(Layout()).items()
+        for model in models
     }
     assert checks["write access"]["status"] == "ok"
     assert checks["TTL"]["status"] == "ok"

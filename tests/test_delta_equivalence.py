@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from langgraph.checkpoint.base import CheckpointTuple
 
 from mongo_ckpt.base import MongoSaverBase
+from mongo_ckpt.snapshot_distance import MAX_DEPTH
 from tests.delta_graphs import (
     CHANNEL,
     NO_SUCH_CHANNEL,
     DefaultWalk,
+    HistoryWalks,
     Shape,
     Step,
     builder,
@@ -88,16 +90,22 @@ async def check_histories(
     the DeltaChannel, and for it with every other channel of the checkpoint and one that
     does not exist."""
     walk = DefaultWalk(saver)
+    walks = HistoryWalks(saver)
     for t in tuples:
         others = sorted(set(t.checkpoint["channel_versions"]) - {CHANNEL})
         for channels in ([], [CHANNEL], [*others, NO_SUCH_CHANNEL, CHANNEL]):
+            walks.max_depths.clear()
             override, default = await walk.histories(t.config, channels)
             assert override == default, f"{t.config}, channels {channels}"
             assert list(override) == channels
+            # One walk: LangGraph's counters never understate the distance to a seed.
+            assert len(walks.max_depths) == bool(channels), f"{t.config}, {walks.max_depths}"
+            seen["bounded walks"] += any(d < MAX_DEPTH for d in walks.max_depths)
         seen["seeded" if "seed" in override[CHANNEL] else "unseeded"] += 1
         seen["with writes"] += bool(override[CHANNEL]["writes"])
         writers = {task for task, channel, _ in t.pending_writes if channel == CHANNEL}
         seen["parallel writes"] += len(writers) > 1
+    walks.restore()
     seen["namespaces"] += len({namespace(t.config) for t in tuples}) > 1
     parents = Counter((namespace(t.config), _parent_id(t)) for t in tuples)
     seen["forks"] += any(n > 1 for (_, parent), n in parents.items() if parent)
@@ -119,6 +127,7 @@ async def test_generated_threads(api: Api) -> None:
         "parallel writes",
         "namespaces",
         "forks",
+        "bounded walks",
         "exit",
         "async",
         "sync",

@@ -21,11 +21,11 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 from typing_extensions import TypedDict
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.calls import Call
+from mongo_ckpt.calls import Call, Operation, find
 from mongo_ckpt.drivers import arun, run
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
-from mongo_ckpt.store.operations import StoreOperations
+from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.reading import all_of
 from mongo_ckpt.store.vectors import Embedded, unit
 from tests.backends import count_calls, maybe_await, sync_client, total
@@ -41,15 +41,16 @@ SECRETS = {
 }
 
 
-def _find_all(names: Iterable[str]) -> Any:
+def _find_all(names: Iterable[str]) -> Operation[list[dict[str, Any]]]:
     docs: list[dict[str, Any]] = []
     for name in names:
-        docs += yield Call(name, "find", ({},))
+        docs += yield from find(name, {})
     return docs
 
 
 async def _docs(store: Any) -> list[dict[str, Any]]:
-    return await arun(store.collections, _find_all(store.collections))
+    """The store's item documents (not the layout-version record beside them)."""
+    return await arun(store.collections, _find_all([STORE]))
 
 
 async def _database_bytes(db: Any) -> bytes:

@@ -1,5 +1,5 @@
-"""mypy: the package passes ``--strict`` with its own config, and a user's script written
-against the documented API passes ``--strict`` too."""
+"""mypy ``--strict`` (the ``[tool.mypy]`` config) accepts the package, an operation built
+from the typed call constructors, and a user's script written against the documented API."""
 
 from __future__ import annotations
 
@@ -22,30 +22,58 @@ def _installed_layout(tmp_path: Path) -> Path:
     return site
 
 
-def _mypy(site: Path, config: Path, tmp_path: Path, *targets: str) -> str:
+# An operation written with the typed call constructors: each gives mypy its result type.
+CALLS_SCRIPT = """
+from mongo_ckpt.calls import Operation, aggregate, bulk_write, delete_many, find
+
+def operation() -> Operation[int]:
+    docs = yield from find("c", {}, projection={"a": 1})
+    reveal_type(docs)
+    rows = yield from aggregate("c", [{"$match": {}}])
+    reveal_type(rows)
+    written = yield from bulk_write("c", [], ordered=True)
+    reveal_type(written)
+    deleted = yield from delete_many("c", {})
+    return len(docs) + len(rows) + deleted.deleted_count
+"""
+REVEALED = [
+    'Revealed type is "list[dict[str, Any]]"',
+    'Revealed type is "list[dict[str, Any]]"',
+    'Revealed type is "pymongo.results.BulkWriteResult"',
+]
+
+
+@pytest.fixture(scope="module")
+def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, int]:
+    """One mypy run, with ``[tool.mypy]`` of pyproject.toml (strict), on ``mongo_ckpt``
+    (``store/`` included), the typed-calls script and a user's script written against the
+    documented API: ``(exit status, output, files checked)``."""
     pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    tmp_path = tmp_path_factory.mktemp("mypy")
+    site = _installed_layout(tmp_path)
+    (site / "calls_script.py").write_text(CALLS_SCRIPT)
+    shutil.copy(ROOT / "tests" / "typing_user_script.py", site / "user_script.py")
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(config),
-         "--cache-dir", str(tmp_path / "cache"), *targets],
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(tmp_path / "cache"),
+         "-p", "mongo_ckpt", "-m", "calls_script", "-m", "user_script"],
         cwd=site, capture_output=True, text=True, timeout=300,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return done.returncode, done.stdout + done.stderr, len(list(site.rglob("*.py")))
 
 
-def test_package_passes_mypy_with_its_config(tmp_path: Path) -> None:
-    """``[tool.mypy]`` of pyproject.toml (strict) on ``mongo_ckpt`` and ``mongo_ckpt.store``."""
-    site = _installed_layout(tmp_path)
-    out = _mypy(site, ROOT / "pyproject.toml", tmp_path, "-p", "mongo_ckpt")
-    checked = len(list(site.rglob("*.py")))
+def test_package_passes_mypy_strict(mypy_output: tuple[int, str, int]) -> None:
+    status, out, checked = mypy_output
+    assert status == 0, out
     assert f"Success: no issues found in {checked} source files" in out
 
 
-def test_user_script_passes_mypy_strict(tmp_path: Path) -> None:
-    site = _installed_layout(tmp_path)
-    shutil.copy(ROOT / "tests" / "typing_user_script.py", site / "user_script.py")
-    config = tmp_path / "mypy.ini"
-    # The user's script is checked strictly; our own modules only supply its types.
-    config.write_text("[mypy]\nstrict = True\n\n[mypy-mongo_ckpt.*]\nignore_errors = True\n")
-    out = _mypy(site, config, tmp_path, "--strict", "user_script.py")
-    assert "Success: no issues found in 1 source file" in out
+def test_typed_calls_give_their_result_types(mypy_output: tuple[int, str, int]) -> None:
+    _, out, _ = mypy_output
+    revealed = [line.split(": note: ")[1] for line in out.splitlines() if "Revealed" in line]
+    assert revealed == REVEALED, out
+
+
+def test_user_script_passes_mypy_strict(mypy_output: tuple[int, str, int]) -> None:
+    status, out, _ = mypy_output
+    assert "user_script.py" not in out and status == 0, out

@@ -1,0 +1,350 @@
+"""The DeltaChannel history pipeline stage by stage, and the walk bounded by the snapshot distance.
+
+Each stage builder of ``mongo_ckpt.delta`` is run, with the stages before it, on a small
+hand-made thread, and its output documents are compared with the shape its docstring
+notes. Then, on a long conversation with frequent snapshots, every state load walks no
+further than the farthest seed it needs: the checkpoints it visits are at most that
+distance + 1 (the target).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.base import MongoSaverBase
+from mongo_ckpt.delta import (
+    NO_SEED,
+    chain_stages,
+    history_pipeline,
+    own_part_stages,
+    part_lookup_stages,
+    seed_depth_stages,
+    target_stages,
+    work_item_stages,
+)
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, JOIN_SEP, WRITES, blob_join, write_join
+from mongo_ckpt.snapshot_distance import (
+    MAX_DEPTH,
+    SnapshotDistances,
+    supersteps_since_snapshot,
+    walk_depth,
+)
+from tests.backends import count_calls
+from tests.delta_graphs import CHANNEL, DefaultWalk, HistoryWalks, Recorder, message_summary
+from tests.graphs import thread
+from tests.perf.conversation import DELTA, chat_graph, converse
+from tests.saver_support import Api
+
+NAMES = {CHECKPOINTS: "cp", BLOBS: "blobs", WRITES: "writes"}
+T, NS = "t", ""
+# A thread c0 <- c1 <- c2 <- c3 <- c4: "m" is stored at c1 (version 1), "n" nowhere, and
+# every checkpoint has one write to "m" and one to "n". Thread "u" is a copy of c0..c2
+# (same checkpoint ids) storing "m" at c2, which thread "t" must never see.
+CHAIN = ["c0", "c1", "c2", "c3", "c4"]
+
+
+def _checkpoint(thread_id: str, i: int, stored: list[str]) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": NS,
+        "checkpoint_id": CHAIN[i],
+        "parent_checkpoint_id": CHAIN[i - 1] if i else None,
+        "values": [{"channel": ch, "version": str(i)} for ch in stored],
+    }
+
+
+def _write(thread_id: str, checkpoint_id: str, channel: str) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": NS,
+        "checkpoint_id": checkpoint_id,
+        "channel": channel,
+        "join": write_join(thread_id, NS, checkpoint_id),
+        "value": f"{thread_id}/{checkpoint_id}/{channel}",
+    }
+
+
+def _blob(thread_id: str, i: int, channel: str) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": NS,
+        "channel": channel,
+        "version": str(i),
+        "join": blob_join(thread_id, NS, channel, str(i)),
+        "value": f"{thread_id}/{channel}@{i}",
+    }
+
+
+@pytest.fixture
+def db(client: Any) -> Iterator[Any]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    db = client[name]
+    db[NAMES[CHECKPOINTS]].insert_many(
+        [_checkpoint(T, i, ["m"] if i == 1 else []) for i in range(5)]
+        + [_checkpoint("u", i, ["m"] if i == 2 else []) for i in range(3)]
+    )
+    db[NAMES[WRITES]].insert_many(
+        [_write(tid, c, ch) for tid in (T, "u") for c in CHAIN for ch in ("m", "n")]
+    )
+    db[NAMES[BLOBS]].insert_many([_blob(T, 1, "m"), _blob("u", 2, "m")])
+    yield db
+    client.drop_database(name)
+
+
+def run(db: Any, stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    docs = list(db[NAMES[CHECKPOINTS]].aggregate(stages))
+    for doc in docs:
+        doc.pop("_id", None)
+    return docs
+
+
+def walk(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
+    return [
+        *target_stages({"thread_id": T, "checkpoint_ns": NS}),
+        *chain_stages(NAMES[CHECKPOINTS], T, NS, max_depth),
+    ]
+
+
+def test_target_stages_emit_the_newest_matching_checkpoint(db: Any) -> None:
+    latest = run(db, target_stages({"thread_id": T, "checkpoint_ns": NS}))
+    assert [(d["thread_id"], d["checkpoint_id"]) for d in latest] == [(T, "c4")]
+    chosen = run(db, target_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c2"}))
+    assert [d["checkpoint_id"] for d in chosen] == ["c2"]
+    assert run(db, target_stages({"thread_id": T, "checkpoint_ns": "other"})) == []
+
+
+def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
+    [doc] = run(db, walk())
+    assert doc == {
+        "chain": [
+            {"id": "c3", "depth": 0, "parent": "c2", "stored": []},
+            {"id": "c2", "depth": 1, "parent": "c1", "stored": []},
+            {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]},
+            {"id": "c0", "depth": 3, "parent": None, "stored": []},
+        ]
+    }
+    [short] = run(db, walk(max_depth=1))
+    assert [(e["id"], e["depth"]) for e in short["chain"]] == [("c3", 0), ("c2", 1)]
+    root = target_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c0"})
+    # The root has no ancestors: no document (mongomock: one with an empty chain).
+    rooted = run(db, [*root, *chain_stages(NAMES[CHECKPOINTS], T, NS, MAX_DEPTH)])
+    assert [d["chain"] for d in rooted] in ([], [[]])
+
+
+def test_seed_depth_stages_add_each_channels_seed_depth(db: Any) -> None:
+    [doc] = run(db, [*walk(), *seed_depth_stages(["m", "n"])])
+    assert (doc["l0"], doc["l1"]) == (2, NO_SEED)
+    assert doc["s0"]["id"] == "c1"
+    [short] = run(db, [*walk(max_depth=1), *seed_depth_stages(["m"])])
+    assert short["l0"] == NO_SEED
+
+
+def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
+    prefix = T + JOIN_SEP + NS + JOIN_SEP
+    docs = run(
+        db,
+        [*walk(), *seed_depth_stages(["m", "n"]), *work_item_stages(T, NS, ["m", "n"], MAX_DEPTH)],
+    )
+    assert docs == [
+        # "n" has no seed, so the chain goes to the root; the full walk is not cut.
+        {"chain": ["c3", "c2", "c1", "c0"], "cut": False},
+        {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
+        {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
+        {"channel": "m", "bj": blob_join(T, NS, "m", "1")},
+    ]
+    seeded = run(
+        db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
+    )
+    assert seeded[0] == {"chain": ["c3", "c2", "c1"], "cut": False}
+    # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
+    cut = run(
+        db, [*walk(max_depth=1), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 1)]
+    )
+    assert cut[0] == {"chain": ["c3", "c2"], "cut": True}
+    assert [d for d in cut if "bj" in d] == []
+
+
+def test_part_lookup_stages_add_one_part_per_document(db: Any) -> None:
+    stages = [
+        *walk(),
+        *seed_depth_stages(["m"]),
+        *work_item_stages(T, NS, ["m"], MAX_DEPTH),
+        *part_lookup_stages(NAMES),
+    ]
+    docs = run(db, stages)
+    chain_docs = [d for d in docs if "chain" in d]
+    assert [("w" in d, "b" in d) for d in chain_docs] == [(False, False)]
+    writes = sorted(d["w"]["value"] for d in docs if "ids" in d)
+    # The lookup by join key brings every channel's writes of c3..c1; the next stage
+    # keeps those of the item's channel.
+    assert writes == sorted(f"{T}/{c}/{ch}" for c in ("c3", "c2", "c1") for ch in ("m", "n"))
+    [seed] = [d for d in docs if "bj" in d]
+    assert seed["b"]["value"] == f"{T}/m@1"
+
+
+def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
+    stages = history_pipeline(NAMES, {"thread_id": T, "checkpoint_ns": NS}, T, NS, ["m", "n"])
+    assert stages[-2:] == own_part_stages(T, NS)
+    docs = run(db, stages)
+    assert docs[0] == {"chain": ["c3", "c2", "c1", "c0"], "cut": False, "w": None, "b": None}
+    assert sorted(d["w"]["value"] for d in docs if d.get("w")) == sorted(
+        [f"{T}/{c}/m" for c in ("c3", "c2", "c1")] + [f"{T}/{c}/n" for c in CHAIN[:4]]
+    )
+    assert [d["b"]["value"] for d in docs if d.get("b")] == [f"{T}/m@1"]
+    assert [sorted(k for k, v in d.items() if v is not None) for d in docs[1:]] == [["w"]] * 7 + [
+        ["b"]
+    ]
+
+
+# -- the walk's bound ------------------------------------------------------------------
+
+
+def test_walk_depth_reaches_the_farthest_seed() -> None:
+    metadata = {
+        "counters_since_delta_snapshot": {"a": (1, 3), "b": [7, 9], "c": [2, "x"], "d": [1, -1]}
+    }
+    steps = supersteps_since_snapshot(metadata)
+    assert steps == {"a": 3, "b": 9}
+    assert walk_depth(steps, ["a"]) == 2
+    assert walk_depth(steps, ["a", "b"]) == 8
+    assert walk_depth(steps, ["a", "c"]) == MAX_DEPTH  # "c" has no usable count
+    assert walk_depth({}, ["a"]) == MAX_DEPTH
+    assert walk_depth({"a": 10**9}, ["a"]) == MAX_DEPTH
+
+
+def test_snapshot_distances_keep_the_latest_entries() -> None:
+    distances = SnapshotDistances(size=2)
+    for i in range(3):
+        distances.note(i, {"counters_since_delta_snapshot": {"a": (0, i + 2)}})
+    assert [distances.walk_depth(i, ["a"]) for i in range(3)] == [MAX_DEPTH, 2, 3]
+    distances.note(2, {})  # re-read without counters: forgotten
+    assert distances.walk_depth(2, ["a"]) == MAX_DEPTH
+
+
+def seed_distances(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
+    """Per checkpoint id, how many checkpoints up its ``messages`` seed is (the root's
+    distance when it has none), from the stored documents."""
+    stored = saver.db[saver.layout.checkpoints].find({"thread_id": thread_id})
+    docs = {d["checkpoint_id"]: d for d in stored}
+    out = {}
+    for checkpoint_id, doc in docs.items():
+        distance, parent = 0, doc["parent_checkpoint_id"]
+        while parent is not None:
+            distance += 1
+            if CHANNEL in {v["channel"] for v in docs[parent]["values"]}:
+                break
+            parent = docs[parent]["parent_checkpoint_id"]
+        out[checkpoint_id] = distance
+    return out
+
+
+def visited(saver: MongoSaverBase, thread_id: str, checkpoint_id: str, max_depth: int) -> int:
+    """Checkpoints the walk reads: the target and its chain."""
+    target = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    name = saver.layout.checkpoints
+    stages = [*target_stages(target), *chain_stages(name, thread_id, "", max_depth)]
+    docs = list(saver.db[name].aggregate(stages))
+    return 1 + sum(len(d["chain"]) for d in docs)
+
+
+def test_state_loads_walk_only_to_the_farthest_seed(saver: MongoDBSaver) -> None:
+    """A 30-turn DeltaChannel conversation snapshotting every 4 updates (every 2 turns),
+    stored as the graph stores it; every checkpoint's state is loaded through the graph."""
+    recorder = Recorder()
+    reference = converse(recorder, 30, DELTA, "long", snapshot_frequency=4)
+    for method, args in recorder.calls:
+        getattr(saver, method)(*args)
+    graph = chat_graph(saver, DELTA, snapshot_frequency=4)
+    walks = HistoryWalks(saver)
+    distances = seed_distances(saver, "long")
+    loads = 0
+    for t in list(saver.list(thread("long"))):
+        checkpoint_id = t.config["configurable"]["checkpoint_id"]
+        walks.max_depths.clear()
+        state = graph.get_state(t.config)
+        assert message_summary(state.values.get(CHANNEL, [])) == message_summary(
+            reference.get_state(t.config).values.get(CHANNEL, [])
+        )
+        if not walks.max_depths:
+            continue  # the checkpoint stores a snapshot: nothing to replay
+        loads += 1
+        [depth] = walks.max_depths
+        distance = distances[checkpoint_id]
+        assert depth <= distance, checkpoint_id
+        assert visited(saver, "long", checkpoint_id, depth) <= distance + 1, checkpoint_id
+    assert loads > 40
+    # Without the bound, the latest checkpoint's walk reads the whole thread.
+    latest = saver.get_tuple(thread("long")).config["configurable"]["checkpoint_id"]
+    assert visited(saver, "long", latest, MAX_DEPTH) == len(distances) > distances[latest] + 1
+
+
+async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
+    recorder = Recorder()
+    converse(recorder, 5, DELTA, "short", snapshot_frequency=4)
+    await recorder.replay(Api(asaver))
+    latest = await asaver.aget_tuple(thread("short"))
+    walks = HistoryWalks(asaver)
+    history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])
+    steps = latest.metadata["counters_since_delta_snapshot"][CHANNEL][1]
+    assert walks.max_depths == [steps - 1]
+    expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
+    assert history == expected
+
+
+# -- without counters, or with counters that understate the distance -------------------
+
+
+def _put_chain(saver: MongoDBSaver, claimed: list[int | None]) -> list[dict[str, Any]]:
+    """c0 stores ``messages``; c1.. store nothing, c<i> claiming ``claimed[i - 1]``
+    supersteps since the snapshot (no counters when ``None``); one write per checkpoint."""
+    configs = []
+    parent = thread("hand")
+    for i, steps in enumerate([0, *claimed]):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"c{i}"
+        checkpoint["channel_versions"] = {CHANNEL: str(i + 1)}
+        if i == 0:
+            checkpoint["channel_values"] = {CHANNEL: ["seed"]}
+        metadata: dict[str, Any] = {"step": i}
+        if i and steps is not None:
+            metadata["counters_since_delta_snapshot"] = {CHANNEL: (steps, steps)}
+        config = saver.put(parent, checkpoint, metadata, {CHANNEL: str(i + 1)})
+        saver.put_writes(config, [(CHANNEL, f"after c{i}")], f"task{i}")
+        configs.append(config)
+        parent = config
+    return configs
+
+
+@pytest.mark.parametrize(
+    ("claimed", "depths"),
+    [
+        ([1, 2, 3], [2]),  # LangGraph's counters: one walk, as deep as the seed
+        ([1, 2, None], [MAX_DEPTH]),  # no counters: LangGraph's bound
+        ([1, 2, 1], [0, MAX_DEPTH]),  # understated: the cut walk is done again in full
+    ],
+)
+async def test_history_is_right_whatever_the_counters(
+    saver: MongoDBSaver, claimed: list[int | None], depths: list[int]
+) -> None:
+    configs = _put_chain(saver, claimed)
+    target = saver.get_tuple(configs[-1])  # a read notes the counters, as LangGraph's loads do
+    assert target is not None
+    walks = HistoryWalks(saver)
+    calls = count_calls(saver.collections)
+    history = saver.get_delta_channel_history(config=configs[-1], channels=[CHANNEL])
+    assert walks.max_depths == depths
+    assert sum(calls.values()) == len(depths)
+    assert history == {
+        CHANNEL: {
+            "seed": ["seed"],
+            "writes": [(f"task{i}", CHANNEL, f"after c{i}") for i in range(3)],
+        }
+    }
+    _, default = await DefaultWalk(saver).histories(configs[-1], [CHANNEL])
+    assert default == history
