@@ -78,8 +78,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
             besides LangGraph's own (source, step, run_id, parents); all keys by default,
             only LangGraph's own when ``serde`` encrypts.
-        sweep_interval: seconds between automatic sweeps when ``ttl`` is set
-            (default: ``min(ttl, 3600)``).
+        sweep_interval: with a ``ttl``, a ``put`` first sweeps expired threads when this
+            many seconds have passed since the last automatic sweep (default:
+            ``min(ttl, 3600)``); reads never sweep.
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
         list_deltas: store a new version of a list (or tuple) channel value as its
@@ -161,8 +162,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use and, with a ``ttl``, by a sweep
-        of expired threads at most once per ``sweep_interval``; in a span when traced."""
+        """``operation``, preceded by setup on first use and, for a ``put`` with a ``ttl``,
+        by a sweep of expired threads at most once per ``sweep_interval`` (reads never
+        sweep); in a span when traced."""
         prepared = self._with_upkeep(operation)
         if self._tracer is None:
             return prepared
@@ -173,7 +175,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def _with_upkeep(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
-        if self.ttl is not None and time.monotonic() >= self._next_sweep:
+        due = self.ttl is not None and time.monotonic() >= self._next_sweep
+        if due and operation_name(operation) == "put":
             self._next_sweep = time.monotonic() + self.sweep_interval
             yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)

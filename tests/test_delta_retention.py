@@ -42,7 +42,7 @@ async def counts(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
 
 
 async def test_sweep_expired(api: Api) -> None:
-    # The first operation sweeps (nothing has expired yet); the next ones, within
+    # The first put sweeps (nothing has expired yet); the next ones, within
     # sweep_interval, do not.
     api = api.reopened(ttl=TTL, sweep_interval=TTL)
     graph = api.compile(builder(SHAPE, delta=True))
@@ -72,10 +72,15 @@ async def test_automatic_sweep(api: Api) -> None:
         await play(api, graph, SMALL, RUN[:1], thread_id)
     fresh = await documents(api.saver, "fresh")
     await age(api.saver, "idle")
+    idle = await documents(api.saver, "idle")
     await asyncio.sleep(0.1)
 
-    # Any operation, here a read of another thread, first sweeps the expired threads.
+    # Reads never sweep: they cost what they cost without a ttl.
     await api.state(graph, thread("fresh"))
+    assert await documents(api.saver, "idle") == idle
+
+    # A put, here on another thread, first sweeps the expired threads.
+    await play(api, graph, SMALL, RUN[:1], "other")
 
     assert await counts(api.saver, "idle") == {"checkpoints": 0, "blobs": 0, "writes": 0}
     assert await documents(api.saver, "fresh") == fresh

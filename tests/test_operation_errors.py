@@ -15,14 +15,15 @@ from langchain_core.messages import HumanMessage
 from pymongo import InsertOne
 from pymongo.errors import AutoReconnect, BulkWriteError
 
-from mongo_ckpt import AsyncMongoDBSaver, ClientClosedError, MongoDBSaver
+from mongo_ckpt import ClientClosedError, MongoDBSaver
 from mongo_ckpt.calls import Operation, bulk_write, find
 from mongo_ckpt.drivers import arun, run
 from mongo_ckpt.layout import CHECKPOINTS
 from tests.backends import sync_client
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, thread
-from tests.store_support import DIMS, FakeEmbeddings
+from tests.saver_support import Api
+from tests.store_support import DIMS, FakeEmbeddings, StoreApi
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -40,31 +41,16 @@ def _issuing_frames(exc: BaseException) -> list[tuple[str, str, str]]:
     return found
 
 
-def test_every_failing_call_of_a_graph_run_names_its_operation_sync(saver: MongoDBSaver) -> None:
-    graph = chat_builder().compile(checkpointer=saver)
-    faults = Faults(saver.collections)
-    graph.invoke({"messages": [HumanMessage("hi")]}, thread("clean"))
+async def test_every_failing_call_of_a_graph_run_names_its_operation(api: Api) -> None:
+    graph = api.compile(chat_builder())
+    faults = Faults(api.saver.collections)
+    await api.invoke(graph, {"messages": [HumanMessage("hi")]}, thread("clean"))
     calls = faults.calls
     assert {m for _, m, _ in calls} >= {"aggregate", "bulk_write", "update_one"}
     for number in range(len(calls)):
         faults.arm(Fault(number, "before"))
         with pytest.raises(AutoReconnect) as raised:
-            graph.invoke({"messages": [HumanMessage("hi")]}, thread(f"t{number}"))
-        _check_issuer(raised.value, faults, number)
-
-
-async def test_every_failing_call_of_a_graph_run_names_its_operation_async(
-    asaver: AsyncMongoDBSaver,
-) -> None:
-    graph = chat_builder().compile(checkpointer=asaver)
-    faults = Faults(asaver.collections)
-    await graph.ainvoke({"messages": [HumanMessage("hi")]}, thread("clean"))
-    calls = faults.calls
-    assert {m for _, m, _ in calls} >= {"aggregate", "bulk_write", "update_one"}
-    for number in range(len(calls)):
-        faults.arm(Fault(number, "before"))
-        with pytest.raises(AutoReconnect) as raised:
-            await graph.ainvoke({"messages": [HumanMessage("hi")]}, thread(f"t{number}"))
+            await api.invoke(graph, {"messages": [HumanMessage("hi")]}, thread(f"t{number}"))
         _check_issuer(raised.value, faults, number)
 
 
@@ -97,34 +83,24 @@ def _insert_twice(collection: str) -> Operation[tuple[str, list[dict[str, Any]]]
     return outcome, (yield from find(collection, {}))
 
 
-def test_an_operation_catches_a_failed_call_sync(client: Any, db_name: str) -> None:
-    collections = {CHECKPOINTS: client[db_name]["dup"]}
-    assert run(collections, _insert_twice(CHECKPOINTS)) == ("refused: 11000", [{"_id": 1, "n": 1}])
-
-
-async def test_an_operation_catches_a_failed_call_async(aclient: Any, db_name: str) -> None:
-    collections = {CHECKPOINTS: aclient[db_name]["dup"]}
-    outcome = await arun(collections, _insert_twice(CHECKPOINTS))
+async def test_an_operation_catches_a_failed_call(api: Api) -> None:
+    collections = {CHECKPOINTS: api.saver.db["dup"]}
+    operation = _insert_twice(CHECKPOINTS)
+    outcome = await arun(collections, operation) if api.is_async else run(collections, operation)
     assert outcome == ("refused: 11000", [{"_id": 1, "n": 1}])
 
 
-def test_store_setup_falls_back_to_exact_search_sync(make_store: Any) -> None:
+async def test_store_setup_falls_back_to_exact_search(store_api: StoreApi) -> None:
     """The server refuses ``$listSearchIndexes`` (no Atlas); ``setup`` catches it."""
-    store = make_store(index={"dims": DIMS, "embed": FakeEmbeddings()})
-    store.setup()
-    assert store.ops.vector_search is False
-    store.put(("docs",), "a", {"text": "red apples"})
-    store.put(("docs",), "b", {"text": "blue sky"})
-    assert [i.key for i in store.search(("docs",), query="apples")][0] == "a"
-
-
-async def test_store_setup_falls_back_to_exact_search_async(make_astore: Any) -> None:
-    store = make_astore(index={"dims": DIMS, "embed": FakeEmbeddings()})
+    plain = store_api.store
+    store = StoreApi(type(plain)(plain.client, plain.db.name, index={
+        "dims": DIMS, "embed": FakeEmbeddings()
+    }))
     await store.setup()
-    assert store.ops.vector_search is False
-    await store.aput(("docs",), "a", {"text": "red apples"})
-    await store.aput(("docs",), "b", {"text": "blue sky"})
-    assert [i.key for i in await store.asearch(("docs",), query="apples")][0] == "a"
+    assert store.store.ops.vector_search is False
+    await store.put(("docs",), "a", {"text": "red apples"})
+    await store.put(("docs",), "b", {"text": "blue sky"})
+    assert [i.key for i in await store.search(("docs",), query="apples")][0] == "a"
 
 
 @pytest.mark.parametrize("backend", ["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)])
