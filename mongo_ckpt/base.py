@@ -29,6 +29,7 @@ from mongo_ckpt.connection import (
     with_write_concern,
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
+from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
 from mongo_ckpt.snapshot_distance import SnapshotDistances
@@ -64,6 +65,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
+        list_deltas: bool = True,
         tracing: Tracing | None = None,
     ) -> None:
         """Args:
@@ -81,6 +83,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             ``min(ttl, 3600)``); reads never sweep.
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
+        list_deltas: store a new version of a list (or tuple) channel value as its
+            difference from an earlier version this saver wrote on the thread
+            (docs/architecture.md, "List deltas"); ``False`` stores every version whole.
         tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
             traced when a global tracer provider is set (see docs/observability.md).
         """
@@ -114,6 +119,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
+        self.list_deltas = ListDeltas(enabled=list_deltas)
         self._is_setup = False
         self._snapshot_distances = SnapshotDistances()
         self._tracer = operation_tracer(tracing, db_name)
@@ -133,7 +139,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
         return CheckpointOperations(
-            self.layout, self.serde, self.filterable_metadata_keys, self._snapshot_distances
+            self.layout,
+            self.serde,
+            self.filterable_metadata_keys,
+            self._snapshot_distances,
+            self.list_deltas,
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:

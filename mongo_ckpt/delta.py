@@ -17,14 +17,16 @@ literals are not evaluated as expressions by every backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
+from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
+from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
 Stage = dict[str, Any]
@@ -169,8 +171,15 @@ def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
     """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
     name = {"$literal": channel}
     at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
-    join_key = {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, _seed_version(name)]}
-    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_key}}}
+    # Join keys of the seed value and of the list-delta bases it is rebuilt from.
+    join_keys = {
+        "$map": {
+            "input": _stored_entries(name),
+            "as": "v",
+            "in": {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, "$$v.version"]},
+        }
+    }
+    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_keys}}}
 
 
 def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
@@ -253,10 +262,11 @@ def _ids_within(depth: Any, prefix: Any = None) -> dict[str, Any]:
     return {"$map": {"input": within, "as": "a", "in": item}}
 
 
-def _seed_version(name: dict[str, Any]) -> dict[str, Any]:
-    """The version ``name`` is stored with at chain entry ``$$a``."""
-    stored = {"$filter": {"input": "$$a.stored", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
-    return {"$let": {"vars": {"v": {"$arrayElemAt": [stored, 0]}}, "in": "$$v.version"}}
+def _stored_entries(name: dict[str, Any]) -> dict[str, Any]:
+    """The ``values`` entries of ``name`` at chain entry ``$$a``: the version its value is
+    stored with and the list-delta bases that value is rebuilt from."""
+    cond = {"$eq": ["$$v.channel", name]}
+    return {"$filter": {"input": "$$a.stored", "as": "v", "cond": cond}}
 
 
 def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:
@@ -278,19 +288,29 @@ def assemble(
         )
         write = (head["task_id"], head["channel"], serde.loads_typed(typed))
         ordered[head["channel"]].append((order, write))
-    seeds = {
-        key[2]: typed
-        for key, (_, typed) in join((d["b"] for d in docs if d.get("b")), BLOB_KEY).items()
-    }
+    blobs = join((d["b"] for d in docs if d.get("b")), BLOB_KEY)
+    # Per channel, the seed is the fetched version no other fetched version is based on.
+    bases = {(*key[:3], head["base"]) for key, (head, _) in blobs.items() if "base" in head}
+    seeds = {key[2]: key for key in blobs if key not in bases}
     result: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
         entry: DeltaChannelHistory = {
             "writes": [w for _, w in sorted(ordered[ch], key=lambda x: x[0])]
         }
-        if ch in seeds:
-            entry["seed"] = serde.loads_typed(seeds[ch])
+        seed = seeds.get(ch)
+        if seed is not None:
+            entry["seed"] = rebuild(blobs, seed, serde.loads_typed, _missing(seed))
         result[ch] = entry
     return result
+
+
+def _missing(key: tuple[Any, ...]) -> Callable[[Any], Exception]:
+    def error(at: Any) -> Exception:
+        thread_id, checkpoint_ns, channel, version = key
+        base = at if at != version else None
+        return MissingValueError(thread_id, checkpoint_ns, channel, version, base)
+
+    return error
 
 
 Skeleton = Mapping[str, Any]

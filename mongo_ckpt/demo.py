@@ -302,7 +302,9 @@ class Demo:
             stored[logical] = docs = [doc async for doc in collection.find({})]
             size = sum(len(bson.encode(doc)) for doc in docs)
             self.say(f"  {collection.name:<20} {len(docs):>10} {size:>11}")
-        refs = sum(len(doc.get("values", ())) for doc in stored[CHECKPOINTS])
+        refs = sum(
+            not v.get("base") for doc in stored[CHECKPOINTS] for v in doc.get("values", ())
+        )
         self.say(
             f"  the {len(stored[CHECKPOINTS])} checkpoints refer to {refs} channel values, stored "
             f"as {len(stored[BLOBS])} documents:"

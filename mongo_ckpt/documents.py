@@ -15,6 +15,7 @@ from pymongo import DeleteMany, UpdateOne
 
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import blob_join, write_join
+from mongo_ckpt.listdelta import Delta, values_entries
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -93,10 +94,17 @@ def checkpoint_document(
     parent_id: str | None,
     serde: SerializerProtocol,
     filterable_keys: Collection[str] | None,
+    chains: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` document: everything but the channel values."""
+    """The ``checkpoints`` document: everything but the channel values.
+
+    ``chains`` gives, per channel, the versions its value is rebuilt from (list deltas'
+    bases first, the value's own version last); by default each value's own version.
+    """
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
+    if chains is None:
+        chains = {ch: [versions[ch]] for ch in values if ch in versions}
     return {
         **key,
         "parent_checkpoint_id": parent_id,
@@ -104,8 +112,9 @@ def checkpoint_document(
         "metadata": plain_metadata(metadata, filterable_keys),
         "metadata_typed": typed(serde, metadata),
         "run_id": as_id(metadata.get("run_id")),
-        # Channels whose value at this checkpoint is a stored blob, with its version.
-        "values": [{"channel": ch, "version": versions[ch]} for ch in values if ch in versions],
+        # Channels whose value at this checkpoint is a stored blob, with its version,
+        # each preceded by the list-delta bases it is rebuilt from (listdelta.py).
+        "values": values_entries(chains),
         # DeltaChannels without a stored value here, rebuilt from history: LangGraph counts
         # updates since the last snapshot for exactly those channels.
         "replay": [
@@ -133,8 +142,11 @@ def blob_requests(
     values: Mapping[str, Any],
     new_versions: ChannelVersions,
     serde: SerializerProtocol,
+    deltas: Mapping[str, Delta] | None = None,
 ) -> ValueWrites:
     """Upserts for the value of every channel in ``new_versions`` that has one.
+
+    A channel in ``deltas`` is stored as its new tail, the head naming the base.
 
     A version is written once: the head is inserted, never replaced, so a retried
     put with different bytes for the same version reads back the first whole value.
@@ -151,10 +163,14 @@ def blob_requests(
             "version": version,
         }
         join = blob_join(thread_id, checkpoint_ns, channel, version)
-        parts = list(split(*serde.dumps_typed(values[channel])))
+        delta = (deltas or {}).get(channel)
+        payload = delta.tail if delta is not None else values[channel]
+        parts = list(split(*serde.dumps_typed(payload)))
         for fields in parts:
             part = fields.pop("part")
             fields["join"] = join
+            if delta is not None and part == 0:
+                fields.update(delta.head_fields())
             update = {"$setOnInsert": fields}
             out.requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
         if len(parts) > 1:

@@ -60,6 +60,7 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
+from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -108,10 +109,12 @@ class CheckpointOperations:
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
         distances: SnapshotDistances,
+        list_deltas: ListDeltas | None = None,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
+        self.deltas = list_deltas if list_deltas is not None else ListDeltas(enabled=False)
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
@@ -196,6 +199,7 @@ class CheckpointOperations:
         """The tuple of ``doc``, its snapshot counters noted for a history walk."""
         result = loaded.tuple(doc)
         self.distances.note(key_of(doc), result.metadata)
+        self.deltas.remember(doc)
         return result
 
     def delta_channel_history(
@@ -271,17 +275,50 @@ class CheckpointOperations:
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
+        values = checkpoint["channel_values"]
+        parent_chains = yield from self._parent_chains(key, parent_id, values, new_versions)
+        plan = self.deltas.plan(
+            (thread_id, checkpoint_ns, checkpoint_id),
+            parent_id,
+            values,
+            checkpoint["channel_versions"],
+            new_versions,
+            self.serde,
+            parent_chains,
+        )
         blobs = blob_requests(
-            thread_id, checkpoint_ns, checkpoint["channel_values"], new_versions, self.serde
+            thread_id, checkpoint_ns, values, new_versions, self.serde, plan.deltas
         )
         doc = checkpoint_document(
-            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys
+            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         if blobs.requests:  # values first: a reader never sees a checkpoint without its values
             yield from _write_values(BLOBS, BLOB_KEY, blobs)
         yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
+        self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
+
+    def _parent_chains(
+        self,
+        key: Mapping[str, str],
+        parent_id: str | None,
+        values: Mapping[str, Any],
+        new_versions: ChannelVersions,
+    ) -> Operation[dict[str, builtins.list[Any]] | None]:
+        """The chains the parent checkpoint names, when an unchanged list value needs them:
+        from memory when this instance read or wrote the parent, else from one ``find``."""
+        if parent_id is None or not self.deltas.needs_parent(values, new_versions):
+            return None
+        parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
+        chains = self.deltas.known_chains(parent)
+        if chains is None:
+            query = dict(zip(CHECKPOINT_KEY, parent))
+            docs = yield from find(CHECKPOINTS, query, projection=SKELETON)
+            for doc in docs:
+                self.deltas.remember(doc)
+            chains = self.deltas.known_chains(parent)
+        return chains
 
     def put_writes(
         self,
@@ -304,6 +341,7 @@ class CheckpointOperations:
 
     def delete_thread(self, thread_id: str) -> Operation[None]:
         query = {"thread_id": coerce_id(thread_id, "thread_id")}
+        self.deltas.forget([query["thread_id"]])
         yield from self._delete(query, query, query)
 
     def _delete(
@@ -325,6 +363,7 @@ class CheckpointOperations:
         threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
         # With no checkpoint of the runs left, this still finishes an earlier, cut call.
         skeletons = (yield from self._skeletons(threads)) if threads else []
+        self.deltas.forget(threads)
         runs = set(ids)
         survivors = [s for s in skeletons if s.get("run_id") not in runs]
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
@@ -372,6 +411,7 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
+        self.deltas.forget(ids)
         if strategy in ("delete", "delete_all"):
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
@@ -397,6 +437,7 @@ class CheckpointOperations:
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
         docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
+        self.deltas.forget(expired)
         if expired:
             threads = {"thread_id": {"$in": expired}}
             yield from self._delete(threads, threads, threads)
@@ -416,8 +457,10 @@ class CheckpointOperations:
 
         Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
         and the value versions that they, and no surviving checkpoint of the snapshot,
-        need; delete the checkpoints; delete marked documents no checkpoint needs
-        (``_delete_unneeded``, which also finishes any earlier call that was cut).
+        need (``values`` names list-delta bases too, so a base lives as long as a
+        checkpoint rebuilt from it); delete the checkpoints; delete marked documents no
+        checkpoint needs (``_delete_unneeded``, which also finishes any earlier call that
+        was cut).
 
         Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
         values, and a checkpoint written before the re-read of the last step that names a

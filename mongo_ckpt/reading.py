@@ -17,6 +17,7 @@ from mongo_ckpt.identifiers import (
     thread_key,
 )
 from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, WRITE_KEY
+from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 
 LATEST = [("checkpoint_id", -1)]
@@ -188,15 +189,22 @@ def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
 
 
 class MissingValueError(LookupError):
-    """A checkpoint names a channel value whose documents are missing or incomplete."""
+    """A checkpoint names a channel value whose documents are missing or incomplete.
 
-    def __init__(self, thread_id: str, checkpoint_ns: str, channel: str, version: Any) -> None:
+    ``base`` is set when the value is a list delta and the missing document is the
+    base version it is rebuilt from.
+    """
+
+    def __init__(
+        self, thread_id: str, checkpoint_ns: str, channel: str, version: Any, base: Any = None
+    ) -> None:
+        detail = f" (its list-delta base version {base!r} is missing)" if base is not None else ""
         super().__init__(
             f"checkpoint value missing: thread_id={thread_id!r} checkpoint_ns={checkpoint_ns!r} "
-            f"channel={channel!r} version={version!r}"
+            f"channel={channel!r} version={version!r}{detail}"
         )
         self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
-        self.channel, self.version = channel, version
+        self.channel, self.version, self.base = channel, version, base
 
 
 class Loaded:
@@ -209,7 +217,7 @@ class Loaded:
         write_docs: Iterable[Mapping[str, Any]],
     ) -> None:
         self.serde = serde
-        self.blobs = {k: typed for k, (_, typed) in join(blob_docs, BLOB_KEY).items()}
+        self.blobs = join(blob_docs, BLOB_KEY)
         writes: dict[Key, list[tuple[tuple[Any, ...], PendingWrite]]] = {}
         for key, (head, typed) in join(write_docs, WRITE_KEY).items():
             sort_key = writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"])
@@ -220,13 +228,11 @@ class Loaded:
     def tuple(self, doc: Mapping[str, Any]) -> CheckpointTuple:
         thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
         checkpoint = self.serde.loads_typed(_typed(doc["checkpoint"]))
-        values = {}
-        for ref in doc.get("values", ()):
-            typed = self.blobs.get((thread_id, checkpoint_ns, ref["channel"], ref["version"]))
-            if typed is None:
-                raise MissingValueError(thread_id, checkpoint_ns, ref["channel"], ref["version"])
-            values[ref["channel"]] = self.serde.loads_typed(typed)
-        checkpoint["channel_values"] = values
+        checkpoint["channel_values"] = {
+            ref["channel"]: self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"])
+            for ref in doc.get("values", ())
+            if not ref.get("base")
+        }
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(
             config=_config(thread_id, checkpoint_ns, checkpoint_id),
@@ -235,6 +241,16 @@ class Loaded:
             parent_config=_config(thread_id, checkpoint_ns, parent_id) if parent_id else None,
             pending_writes=self.writes.get((thread_id, checkpoint_ns, checkpoint_id), []),
         )
+
+    def value(self, thread_id: str, checkpoint_ns: str, channel: str, version: Any) -> Any:
+        """The decoded value of one channel version, rebuilt from its list-delta bases."""
+
+        def missing(at: Any) -> MissingValueError:
+            base = at if at != version else None
+            return MissingValueError(thread_id, checkpoint_ns, channel, version, base)
+
+        key = (thread_id, checkpoint_ns, channel, version)
+        return rebuild(self.blobs, key, self.serde.loads_typed, missing)
 
 
 def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:

@@ -15,6 +15,8 @@ Saver versions:
   1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
   2. ``join`` keys on value and write documents; this document exists.
   3. A sparse ``doomed`` index on values and writes (maintenance marks what it deletes).
+  4. List deltas (``listdelta.py``): a value may be a tail naming its ``base``; a
+     reader of version 3 would take the tail for the whole list. No data changes.
 
 Store versions:
   1. The current layout.
@@ -33,7 +35,7 @@ from mongo_ckpt.layout import Layout
 
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
 SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
-SAVER_SCHEMA_VERSION = 3
+SAVER_SCHEMA_VERSION = 4
 STORE_SCHEMA_VERSION = 1
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
