@@ -1,18 +1,23 @@
 """Checkpointer benchmark: mongo-ckpt vs langgraph-checkpoint-mongodb on the same backend.
 
 For each backend, each state variant (plain ``add_messages`` and ``DeltaChannel``) and each
-saver, runs one long conversation (``graph.invoke`` per turn, ~1 KB human message and
-~1 KB AI reply) and reports stored bytes, collection calls per saver operation (and wire
-commands, where there is a wire), and wall time per turn.
+saver (mongo-ckpt with and without list deltas, and the official saver), runs one long
+conversation (``graph.invoke`` per turn, ~1 KB human message and ~1 KB AI reply). At each
+reported turn count (``--turns 200 400``: one run of the largest, measured on the way) it
+reports stored bytes, the largest document, documents read by ``graph.get_state`` and bytes
+sent to the server in that turn; after the run, collection calls per saver operation (and
+wire commands, where there is a wire) and wall time per turn. ``--plot`` draws stored bytes
+against turns (matplotlib, in the ``bench`` extra).
 
 Run from the repository root (not collected by pytest)::
 
-    python tests/perf/bench_checkpointer.py [--backend mock|wire|mongodb|both] [--turns 200]
-        [--write [docs/benchmarks.md]]
+    python tests/perf/bench_checkpointer.py [--backend mock|wire|mongodb|both]
+        [--turns 200 400] [--write [docs/benchmarks.md]] [--plot [docs/bench-stored-bytes.png]]
 """
 
 import argparse
 import datetime
+import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import bson  # noqa: E402
 import mongomock  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 from pymongo.errors import OperationFailure  # noqa: E402
@@ -51,6 +57,8 @@ from tests.perf.conversation import (  # noqa: E402
 )
 
 DOC = REPO / "docs" / "benchmarks.md"
+PLOT = REPO / "docs" / "bench-stored-bytes.png"
+SAMPLE_EVERY = 25
 MARKER = "bench_checkpointer"
 THREAD = "conversation"
 WARMUP_TURNS = 3
@@ -73,6 +81,7 @@ OP_COLUMNS = (
 class Frame:
     calls: int = 0
     commands: int = 0
+    docs_read: int = 0
 
 
 class Meter:
@@ -87,6 +96,7 @@ class Meter:
         self._lock = threading.Lock()
         self.samples: dict[str, list[Frame]] = defaultdict(list)
         self.total = Frame()
+        self.bytes_sent = 0
 
     def _frame(self) -> Frame | None:
         return getattr(self._local, "frame", None)
@@ -97,11 +107,16 @@ class Meter:
         if frame := self._frame():
             frame.calls += 1
 
-    def on_command(self) -> None:
+    def on_command(self, size: int) -> None:
         with self._lock:
             self.total.commands += 1
+            self.bytes_sent += size
         if frame := self._frame():
             frame.commands += 1
+
+    def on_reply(self, docs: int) -> None:
+        if frame := self._frame():
+            frame.docs_read += docs
 
     def measure(self, op: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` as one sample of ``op`` (inside another sample it adds to that one)."""
@@ -153,13 +168,26 @@ class CommandCounter(monitoring.CommandListener):
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if self.meter is not None:
-            self.meter.on_command()
+            self.meter.on_command(len(bson.encode(event.command)))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
+        cursor = event.reply.get("cursor") or {}
+        if self.meter is not None and cursor:
+            self.meter.on_reply(len(cursor.get("firstBatch", cursor.get("nextBatch", []))))
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+@dataclass
+class Snapshot:
+    """The thread after ``turns`` turns."""
+
+    turns: int
+    stored: int
+    largest: int
+    get_state: Frame
+    sent_in_turn: int
 
 
 @dataclass
@@ -172,6 +200,8 @@ class Result:
     samples: dict[str, list[Frame]]
     total: Frame
     turn_ms: list[float] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    series: list[tuple[int, int]] = field(default_factory=list)  # (turns, stored bytes)
 
 
 @dataclass
@@ -205,10 +235,27 @@ def coll_stats_size(collection: Any) -> int | None:
         return None
 
 
-def bench(backend: Backend, variant: str, saver_name: str, turns: int) -> Result:
-    """One saver, one conversation of ``turns`` turns, on a fresh database."""
+def stored_bytes(collection: Any) -> tuple[int, int]:
+    """Total and largest ``len(bson.encode(doc))``, summed by the server where it can."""
+    sizes = {"$bsonSize": "$$ROOT"}
+    try:
+        row = next(
+            collection.aggregate(
+                [{"$group": {"_id": None, "b": {"$sum": sizes}, "m": {"$max": sizes}}}]
+            ),
+            {"b": 0, "m": 0},
+        )
+        return int(row["b"]), int(row["m"])
+    except OperationFailure:  # mongomock has no $bsonSize
+        f = footprint(collection)
+        return f.bytes, f.largest
+
+
+def bench(backend: Backend, variant: str, saver_name: str, report_at: list[int]) -> Result:
+    """One saver, one conversation of ``max(report_at)`` turns, on a fresh database."""
+    turns = max(report_at)
     client = backend.client
-    db_name = f"bench_{variant}_{saver_name}".replace("-", "_")
+    db_name = re.sub(r"\W+", "_", f"bench_{variant}_{saver_name}")
     client.drop_database(db_name)
     saver = make_saver(saver_name, client, db_name)
     collections = saver_collections(saver)
@@ -220,19 +267,33 @@ def bench(backend: Backend, variant: str, saver_name: str, turns: int) -> Result
     meter = Meter()
     meter.attach(saver)
     result = Result(variant, saver_name, turns, {}, {}, meter.samples, Frame())
-    with metering(backend, meter):
-        for turn in range(turns):
+    config = {"configurable": {"thread_id": THREAD}}
+    for turn in range(1, turns + 1):
+        sent_before = meter.bytes_sent
+        with metering(backend, meter):
             start = time.perf_counter()
-            run_turn(graph, THREAD, turn)
+            run_turn(graph, THREAD, turn - 1)
             result.turn_ms.append((time.perf_counter() - start) * 1000)
-            if (turn + 1) % PROGRESS_EVERY == 0:
-                progress = f"  turn {turn + 1}: {result.turn_ms[-1]:.0f} ms"
-                print(progress, file=sys.stderr, flush=True)
+        if turn % PROGRESS_EVERY == 0:
+            print(f"  turn {turn}: {result.turn_ms[-1]:.0f} ms", file=sys.stderr, flush=True)
+        if turn % SAMPLE_EVERY and turn not in report_at:
+            continue
+        sizes = [stored_bytes(coll) for coll in collections.values()]
+        result.series.append((turn, sum(b for b, _ in sizes)))
+        if turn in report_at:
+            # A meter of its own: the state load is not part of the turn's counts.
+            loads, calls = Meter(), meter.total.calls
+            with metering(backend, loads):
+                loads.measure("get_state", lambda: graph.get_state(config))
+            meter.total.calls = calls
+            result.snapshots.append(Snapshot(
+                turn, result.series[-1][1], max(m for _, m in sizes),
+                loads.samples["get_state"][0], meter.bytes_sent - sent_before,
+            ))
     result.total = Frame(meter.total.calls, meter.total.commands)
 
     result.footprint = {name: footprint(coll) for name, coll in collections.items()}
     result.coll_stats = {name: coll_stats_size(coll) for name, coll in collections.items()}
-    config = {"configurable": {"thread_id": THREAD}}
     with metering(backend, meter):
         state = meter.measure("get_state", lambda: graph.get_state(config))
         # The checkpoint before the latest: at a multiple of the snapshot frequency the latest
@@ -329,7 +390,12 @@ def report(backend: Backend, results: list[Result]) -> str:
     return "\n\n".join([
         f"#### Backend `{backend.name}`: {backend.description}",
         f"{turns} turns on one thread; `DeltaChannel(snapshot_frequency={SNAPSHOT_FREQUENCY})`.",
-        "**Stored bytes** (sum of `len(bson.encode(doc))`; documents in brackets):",
+        "**Growth and traffic** (at each reported turn count: stored bytes, largest document, "
+        "documents read and commands sent by `graph.get_state`, bytes of the commands sent "
+        "in that turn; ratios against `langgraph-checkpoint-mongodb` with `add_messages`):",
+        growth_table(results, wire),
+        f"**Stored bytes after {turns} turns** (sum of `len(bson.encode(doc))`; documents "
+        "in brackets):",
         _table(["state", "saver", *names, "total", "largest document", "collStats size",
                 "vs official, add_messages"], storage),
         f"**Round trips per operation** ({calls_header}; mean (min–max) when they vary):",
@@ -337,6 +403,56 @@ def report(backend: Backend, results: list[Result]) -> str:
         "**Wall time per turn** (ms; `graph.invoke`, default durability):",
         _table(["state", "saver", "mean", "median", "first 20", "last 20", "total s"], timing),
     ])
+
+
+def growth_table(results: list[Result], wire: bool) -> str:
+    official = next(r for r in results if (r.variant, r.saver) == (PLAIN, OFFICIAL))
+    base = {snap.turns: snap for snap in official.snapshots}
+    rows = []
+    for r in results:
+        for snap in r.snapshots:
+            load = snap.get_state
+            rows.append([
+                r.variant, r.saver, str(snap.turns),
+                f"{_size(snap.stored)} ({_ratio(snap.stored, base[snap.turns].stored)})",
+                _size(snap.largest),
+                f"{load.docs_read} / {load.commands}" if wire else "n/a",
+                (f"{_size(snap.sent_in_turn)} "
+                 f"({_ratio(snap.sent_in_turn, base[snap.turns].sent_in_turn)})")
+                if wire else "n/a",
+            ])
+        first, last = r.snapshots[0], r.snapshots[-1]
+        if last.turns != first.turns:
+            rows[-1][3] += f"; ×{last.stored / first.stored:.2f} from {first.turns} turns"
+    return _table(
+        ["state", "saver", "turns", "stored (vs official)", "largest document",
+         "get_state: docs read / commands", "sent in that turn (vs official)"],
+        rows,
+    )
+
+
+def plot(results: list[Result], backend: str, path: Path) -> None:
+    """Stored bytes against turns, one line per state variant and saver."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in results:
+        turns, stored = zip(*r.series)
+        style = "-" if r.variant == PLAIN else "--"
+        ax.plot(turns, [b / (1 << 20) for b in stored], style, label=f"{r.saver}, {r.variant}")
+    ax.set_xlabel("turns (one thread)")
+    ax.set_ylabel("stored MiB (sum of BSON document sizes)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")  # log-log: slope 1 is linear growth, slope 2 quadratic
+    ax.set_title(f"Stored bytes of one thread against its turns (backend {backend}, log-log)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 _COLLECTION_ORDER = ["checkpoints", "blobs", "writes"]
@@ -374,9 +490,13 @@ def provenance() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("mock", "wire", "mongodb", "both"), default="both")
-    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--turns", type=int, nargs="+", default=[200, 400],
+                        help="turn counts to report (one run of the largest)")
     parser.add_argument("--write", nargs="?", const=DOC, type=Path, metavar="PATH",
                         help=f"also write the tables into PATH (default {DOC.relative_to(REPO)})")
+    parser.add_argument("--plot", nargs="?", const=PLOT, type=Path, metavar="PNG",
+                        help=f"draw stored bytes against turns (default {PLOT.relative_to(REPO)};"
+                        " with two backends, the backend's name is added)")
     args = parser.parse_args(argv)
     try:
         for name in ("mock", "wire") if args.backend == "both" else (args.backend,):
@@ -385,8 +505,14 @@ def main(argv: list[str] | None = None) -> None:
             for variant in VARIANTS:
                 for saver_name in SAVERS:
                     print(f"[{name}] {variant} / {saver_name} ...", file=sys.stderr, flush=True)
-                    results.append(bench(backend, variant, saver_name, args.turns))
+                    results.append(bench(backend, variant, saver_name, sorted(args.turns)))
             backend.client.close()
+            if args.plot:
+                path = args.plot
+                if args.backend == "both":
+                    path = path.with_name(f"{path.stem}-{name}{path.suffix}")
+                plot(results, name, path)
+                print(f"wrote {path}", file=sys.stderr)
             section = f"{report(backend, results)}\n\n{provenance()}"
             print(section + "\n", flush=True)
             if args.write:

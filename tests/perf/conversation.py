@@ -24,7 +24,8 @@ from tests.backends import CountingCollection
 MESSAGE_BYTES = 1024
 SNAPSHOT_FREQUENCY = 100
 MONGO_CKPT, OFFICIAL = "mongo-ckpt", "langgraph-checkpoint-mongodb"
-SAVERS = (MONGO_CKPT, OFFICIAL)
+MONGO_CKPT_WHOLE = "mongo-ckpt, list_deltas=False"
+SAVERS = (MONGO_CKPT, MONGO_CKPT_WHOLE, OFFICIAL)
 PLAIN, DELTA = "add_messages", "DeltaChannel"
 VARIANTS = (PLAIN, DELTA)
 _FILLER = "The quick brown fox jumps over the lazy dog. "
@@ -80,9 +81,9 @@ def run_turn(graph: Any, thread_id: str, turn: int) -> dict[str, Any]:
 
 
 def make_saver(name: str, client: Any, db_name: str) -> BaseCheckpointSaver:
-    """A ready saver of kind ``name`` (``MONGO_CKPT`` or ``OFFICIAL``) on ``client[db_name]``."""
-    if name == MONGO_CKPT:
-        saver = MongoDBSaver(client, db_name)
+    """A ready saver of kind ``name`` (one of ``SAVERS``) on ``client[db_name]``."""
+    if name in (MONGO_CKPT, MONGO_CKPT_WHOLE):
+        saver = MongoDBSaver(client, db_name, list_deltas=name == MONGO_CKPT)
         saver.setup()
         return saver
     if name == OFFICIAL:
