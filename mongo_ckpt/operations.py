@@ -197,7 +197,7 @@ class CheckpointOperations:
 
     def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
         """The tuple of ``doc``, its snapshot counters noted for a history walk."""
-        result = loaded.tuple(doc)
+        result = loaded.checkpoint_tuple(doc)
         self.distances.note(key_of(doc), result.metadata)
         self.deltas.remember(doc)
         return result

@@ -225,7 +225,8 @@ class Loaded:
             writes.setdefault(key[:3], []).append((sort_key, write))
         self.writes = {k: [w for _, w in sorted(ws)] for k, ws in writes.items()}
 
-    def tuple(self, doc: Mapping[str, Any]) -> CheckpointTuple:
+    def checkpoint_tuple(self, doc: Mapping[str, Any]) -> CheckpointTuple:
+        """The ``CheckpointTuple`` of checkpoint document ``doc``: values and writes decoded."""
         thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
         checkpoint = self.serde.loads_typed(_typed(doc["checkpoint"]))
         checkpoint["channel_values"] = {

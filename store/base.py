@@ -177,7 +177,7 @@ class MongoStoreBase(BaseStore):
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
         plan = self.ops.plan(_validated(ops))
         embedded = embed(self.embeddings, plan.embedding, self._dims)
-        return self._run(self.ops.execute(plan, embedded))
+        return self._run(self.ops.run_plan(plan, embedded))
 
     def put(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """``BaseStore.put``, with the namespace's shape checked first (a dict would
@@ -203,7 +203,7 @@ class MongoStoreBase(BaseStore):
         """Async ``batch``."""
         plan = self.ops.plan(_validated(ops))
         embedded = await aembed(self.embeddings, plan.embedding, self._dims)
-        return await self._arun(self.ops.execute(plan, embedded))
+        return await self._arun(self.ops.run_plan(plan, embedded))
 
     async def aput(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Async ``put``, with the namespace's shape checked first."""

@@ -194,7 +194,7 @@ class StoreOperations:
         """The moment reads hide expired items at; ``None`` (show them) without omit_expired."""
         return now if self.omit_expired else None
 
-    def execute(self, plan: Plan, embedded: Embedded) -> Operation[list[Result]]:
+    def run_plan(self, plan: Plan, embedded: Embedded) -> Operation[list[Result]]:
         now = documents.utc_now()
         results: list[Result] = [None] * plan.size
         read: list[Mapping[str, Any]] = []  # documents whose TTL the read refreshes

@@ -11,7 +11,6 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.reading import MissingValueError
 from tests.graphs import thread
@@ -38,14 +37,14 @@ def contents(state: Any) -> list[str]:
     return [m.content for m in state.values["messages"]]
 
 
-async def check_two_instances_on_one_thread(run: Api) -> None:
-    other = run.reopened()
-    graphs = [run.compile(chat()), other.compile(chat())]
+async def test_two_instances_on_one_thread(api: Api) -> None:
+    other = api.reopened()
+    graphs = [api.compile(chat()), other.compile(chat())]
     for turn in range(12):
         side = turn % 3 % 2  # two turns on one instance, one on the other
-        await say([run, other][side], graphs[side], "shared", f"m{turn}")
+        await say([api, other][side], graphs[side], "shared", f"m{turn}")
     expected = [x for turn in range(12) for x in (f"m{turn}", f"#{2 * turn + 1}")]
-    for r, g in ((run, graphs[0]), (other, graphs[1])):
+    for r, g in ((api, graphs[0]), (other, graphs[1])):
         assert contents(await r.state(g, thread("shared"))) == expected
         history = await r.history(g, thread("shared"))
         assert [len(s.values.get("messages", [])) for s in history] == [
@@ -53,37 +52,23 @@ async def check_two_instances_on_one_thread(run: Api) -> None:
         ]
 
 
-async def test_two_instances_on_one_thread_sync(saver: MongoDBSaver) -> None:
-    await check_two_instances_on_one_thread(Api(saver))
 
-
-async def test_two_instances_on_one_thread_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_two_instances_on_one_thread(Api(asaver))
-
-
-async def check_thread_reused_after_delete(run: Api) -> None:
-    other = run.reopened()
-    graph, other_graph = run.compile(chat()), other.compile(chat())
-    await say(run, graph, "reused", "a", "b", "c", "d")
+async def test_thread_reused_after_delete(api: Api) -> None:
+    other = api.reopened()
+    graph, other_graph = api.compile(chat()), other.compile(chat())
+    await say(api, graph, "reused", "a", "b", "c", "d")
     await other.delete_thread("reused")
     await say(other, other_graph, "reused", "x", "y")
-    await say(run, graph, "reused", "z")  # this instance wrote the old thread's chains
+    await say(api, graph, "reused", "z")  # this instance wrote the old thread's chains
     expected = ["x", "#1", "y", "#3", "z", "#5"]
-    assert contents(await run.state(graph, thread("reused"))) == expected
+    assert contents(await api.state(graph, thread("reused"))) == expected
     assert contents(await other.state(other_graph, thread("reused"))) == expected
-    await assert_no_orphans(run)
+    await assert_no_orphans(api)
 
 
-async def test_thread_reused_after_delete_sync(saver: MongoDBSaver) -> None:
-    await check_thread_reused_after_delete(Api(saver))
 
-
-async def test_thread_reused_after_delete_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_thread_reused_after_delete(Api(asaver))
-
-
-async def check_run_continues_after_delete(run: Api) -> None:
-    other = run.reopened()
+async def test_run_continues_after_delete(api: Api) -> None:
+    other = api.reopened()
 
     def first(state: MessagesState) -> dict:
         return {"messages": [AIMessage("first", id="first")]}
@@ -93,23 +78,16 @@ async def check_run_continues_after_delete(run: Api) -> None:
         return {"messages": [AIMessage("second", id="second")]}
 
     builder = StateGraph(MessagesState).add_node("first", first).add_node("deleting", deleting)
-    graph = run.compile(builder.add_edge(START, "first").add_edge("first", "deleting"))
-    await say(run, run.compile(chat()), "doomed", "a", "b", "c")
-    await run.invoke(graph, {"messages": [HumanMessage("d", id="h-d")]}, thread("doomed"))
+    graph = api.compile(builder.add_edge(START, "first").add_edge("first", "deleting"))
+    await say(api, api.compile(chat()), "doomed", "a", "b", "c")
+    await api.invoke(graph, {"messages": [HumanMessage("d", id="h-d")]}, thread("doomed"))
     with pytest.raises(MissingValueError) as raised:
-        await run.state(graph, thread("doomed"))
+        await api.state(graph, thread("doomed"))
     assert raised.value.thread_id == "doomed"
     assert raised.value.channel == "messages"
     assert raised.value.base is not None
     assert "messages" in str(raised.value) and "base" in str(raised.value)
 
-
-async def test_run_continues_after_delete_sync(saver: MongoDBSaver) -> None:
-    await check_run_continues_after_delete(Api(saver))
-
-
-async def test_run_continues_after_delete_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_run_continues_after_delete(Api(asaver))
 
 
 async def all_states(run: Api, graph: CompiledStateGraph, thread_id: str) -> list[tuple]:
@@ -117,48 +95,40 @@ async def all_states(run: Api, graph: CompiledStateGraph, thread_id: str) -> lis
     return [(s.values, s.next, s.metadata["step"]) for s in states]
 
 
-async def check_maintenance_keeps_bases(run: Api) -> None:
-    graph = run.compile(chat())
-    api = run
+async def test_maintenance_keeps_bases(api: Api) -> None:
+    graph = api.compile(chat())
     texts = [f"m{i}" for i in range(12)]
-    await say(run, graph, "kept", *texts)
-    await say(run, graph, "runs", *texts[:6], run_id="first")
-    await say(run, graph, "copied", *texts)
-    latest = await run.state(graph, thread("kept"))
+    await say(api, graph, "kept", *texts)
+    await say(api, graph, "runs", *texts[:6], run_id="first")
+    await say(api, graph, "copied", *texts)
+    latest = await api.state(graph, thread("kept"))
 
     await api.copy_thread("copied", "copy")
-    assert await all_states(run, graph, "copy") == await all_states(run, graph, "copied")
+    assert await all_states(api, graph, "copy") == await all_states(api, graph, "copied")
 
     await api.prune(["kept"])
-    after = await run.state(graph, thread("kept"))
+    after = await api.state(graph, thread("kept"))
     assert after.values == latest.values
     doc = (await api.docs(CHECKPOINTS, {"thread_id": "kept"}))[0]
     assert any(v.get("base") for v in doc["values"])  # its bases outlived their checkpoints
-    other = run.reopened()
+    other = api.reopened()
     await say(other, other.compile(chat()), "kept", "after prune")
-    await say(run, graph, "kept", "and again")
-    assert contents(await run.state(graph, thread("kept")))[-4:] == [
+    await say(api, graph, "kept", "and again")
+    assert contents(await api.state(graph, thread("kept")))[-4:] == [
         "after prune", "#25", "and again", "#27",
     ]  # fmt: skip
 
-    await say(run, graph, "runs", *texts[6:], run_id="second")
-    before = await all_states(run, graph, "runs")
+    await say(api, graph, "runs", *texts[6:], run_id="second")
+    before = await all_states(api, graph, "runs")
     await api.delete_for_runs(["first"])
-    survivors = await all_states(run, graph, "runs")
+    survivors = await all_states(api, graph, "runs")
     assert survivors and set(map(repr, survivors)) <= set(map(repr, before))
     assert survivors[0] == before[0]
 
     await assert_no_orphans(api)
 
-    expiring = run.reopened(ttl=0.05)
+    expiring = api.reopened(ttl=0.05)
     await asyncio.sleep(0.1)
     await expiring.sweep_expired()  # its first call sweeps before it runs
     assert await api.counts() == {"checkpoints": 0, "blobs": 0, "writes": 0}
 
-
-async def test_maintenance_keeps_bases_sync(saver: MongoDBSaver) -> None:
-    await check_maintenance_keeps_bases(Api(saver))
-
-
-async def test_maintenance_keeps_bases_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_maintenance_keeps_bases(Api(asaver))

@@ -14,7 +14,6 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.graph.state import CompiledStateGraph
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from tests.graphs import thread
 from tests.saver_support import Api
@@ -92,12 +91,11 @@ async def check_long_conversation(run: Api, turns: int) -> None:
         assert len([v for v in doc["values"] if v["channel"] == "messages"]) <= bound
 
 
-async def test_long_conversation_sync(saver: MongoDBSaver) -> None:
-    # 100 turns through the real driver; mongomock (slow on long threads) runs a shorter one.
-    turns = 40 if isinstance(saver.client, mongomock.MongoClient) else 100
-    await check_long_conversation(Api(saver), turns)
-
-
-async def test_long_conversation_async(asaver: AsyncMongoDBSaver) -> None:
-    # The same operations as the sync saver (written once); a shorter run suffices here.
-    await check_long_conversation(Api(asaver), 30)
+async def test_long_conversation(api: Api) -> None:
+    # 100 turns through the real sync driver; mongomock (slow on long threads) runs a
+    # shorter one, and so does the async saver (the same operations, written once).
+    if api.is_async:
+        turns = 30
+    else:
+        turns = 40 if isinstance(api.saver.client, mongomock.MongoClient) else 100
+    await check_long_conversation(api, turns)

@@ -106,7 +106,7 @@ async def test_bytes_sent_follow_the_change_not_the_list(
     }
 
 
-async def check_round_trips(api: Api) -> None:
+async def test_round_trips(api: Api) -> None:
     chain = Chain(api)
     messages = [message(0)]
     configs = [await chain.put(messages)]
@@ -153,13 +153,6 @@ async def check_round_trips(api: Api) -> None:
     assert (await other.get_tuple(again)).checkpoint["channel_values"]["messages"] == messages[:21]
 
 
-async def test_round_trips_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_round_trips(Api(asaver))
-
-
-async def test_round_trips_sync(saver: MongoDBSaver) -> None:
-    await check_round_trips(Api(saver))
-
 
 class BlobDocsRead:
     """Wraps the blobs collection: documents each ``find`` returned."""
@@ -202,7 +195,7 @@ def test_graph_state_reads_few_blob_documents(saver: MongoDBSaver) -> None:
     assert worst >= 6  # deltas are in use: some states need several documents
 
 
-async def check_over_16_mib(api: Api) -> None:
+async def test_over_16_mib(api: Api) -> None:
     chain = Chain(api)
     big = [b"a" * (6 * MB), b"b" * (6 * MB), b"c" * (6 * MB)]
     first = await chain.put(big)  # a whole value over 16 MiB, in parts
@@ -215,15 +208,8 @@ async def check_over_16_mib(api: Api) -> None:
     assert (await api.get_tuple(second)).checkpoint["channel_values"]["messages"] == longer
 
 
-async def test_over_16_mib_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_over_16_mib(Api(asaver))
 
-
-async def test_over_16_mib_sync(saver: MongoDBSaver) -> None:
-    await check_over_16_mib(Api(saver))
-
-
-async def check_encrypted(api: Api) -> None:
+async def test_encrypted(api: Api) -> None:
     secret = api.reopened(serde=ENCRYPTED)
     chain = Chain(secret)
     messages: list[Any] = []
@@ -240,15 +226,8 @@ async def check_encrypted(api: Api) -> None:
     assert got.checkpoint["channel_values"]["messages"] == messages
 
 
-async def test_encrypted_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_encrypted(Api(asaver))
 
-
-async def test_encrypted_sync(saver: MongoDBSaver) -> None:
-    await check_encrypted(Api(saver))
-
-
-async def check_missing_base_is_loud(api: Api) -> None:
+async def test_missing_base_is_loud(api: Api) -> None:
     chain = Chain(api)
     messages: list[Any] = []
     for i in range(6):
@@ -263,13 +242,6 @@ async def check_missing_base_is_loud(api: Api) -> None:
     assert error.version == doc["version"] and error.base == doc["base"]
     assert repr(doc["base"]) in str(error)
 
-
-async def test_missing_base_is_loud_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_missing_base_is_loud(Api(asaver))
-
-
-async def test_missing_base_is_loud_sync(saver: MongoDBSaver) -> None:
-    await check_missing_base_is_loud(Api(saver))
 
 
 async def test_whole_values_of_earlier_versions_still_read(saver: MongoDBSaver) -> None:
@@ -349,7 +321,7 @@ async def grow_and_count_deltas(api: Api, expected: int) -> None:
     await api.drop_database()
 
 
-async def check_delta_channel_seed_is_rebuilt(api: Api) -> None:
+async def test_delta_channel_seed_is_rebuilt(api: Api) -> None:
     """A list stored as deltas that then seeds a DeltaChannel (a graph switched from a
     plain list channel): ``get_delta_channel_history`` returns the whole list as the seed."""
     chain = Chain(api)
@@ -380,10 +352,3 @@ async def check_delta_channel_seed_is_rebuilt(api: Api) -> None:
     assert history["messages"]["seed"] == messages
     assert [w[2] for w in history["messages"]["writes"]] == [[message(99, 10)]]
 
-
-async def test_delta_channel_seed_is_rebuilt_async(asaver: AsyncMongoDBSaver) -> None:
-    await check_delta_channel_seed_is_rebuilt(Api(asaver))
-
-
-async def test_delta_channel_seed_is_rebuilt_sync(saver: MongoDBSaver) -> None:
-    await check_delta_channel_seed_is_rebuilt(Api(saver))

@@ -230,7 +230,7 @@ def test_vector_search_filters_after_decrypting() -> None:
     plan = ops.plan([SearchOp(("a",), query="q", filter={"n": {"$gt": 1}}, limit=5)])
     embedded = Embedded(queries={"q": unit([1.0, 0.0], 2)})
     docs = [_sealed_doc("low", {"n": 1}, [1.0, 0.0]), _sealed_doc("high", {"n": 2}, [0.0, 1.0])]
-    [call], results = _drive(ops.execute(plan, embedded), [docs])
+    [call], results = _drive(ops.run_plan(plan, embedded), [docs])
     assert call.method == "aggregate" and "$vectorSearch" in call.args[0][0]
     match = call.args[0][1]["$match"]
     assert not any(k.startswith("value") for k in match)  # the server cannot read values

@@ -252,7 +252,7 @@ def test_atlas_search_uses_vector_search_then_ranks_exactly() -> None:
     plan = ops.plan([SearchOp(("a", "b"), query="q", filter={"n": {"$gt": 1}}, limit=2)])
     embedded = Embedded(queries={"q": unit([1.0, 0.0], 2)})
     docs = [_doc("far", [0.0, 1.0]), _doc("near", [1.0, 0.0]), _doc("mid", unit([1.0, 1.0], 2))]
-    calls, results = _drive(ops.execute(plan, embedded), [docs])
+    calls, results = _drive(ops.run_plan(plan, embedded), [docs])
     [call] = calls
     stage = call.args[0][0]["$vectorSearch"]
     assert call.method == "aggregate"
@@ -268,7 +268,7 @@ def test_atlas_puts_store_the_mean_vector() -> None:
     ops.vector_search = True
     plan = ops.plan([PutOp(("a",), "k", {"text": "x"})])
     embedded = Embedded(items={("a", "k"): [("a", [1.0, 0.0]), ("b", [0.0, 1.0])]})
-    [call], _ = _drive(ops.execute(plan, embedded), [None])
+    [call], _ = _drive(ops.run_plan(plan, embedded), [None])
     upsert = next(r for r in call.args[0] if isinstance(r, UpdateOne))
     fields = upsert._doc[0]["$set"]  # an update pipeline: literals in its first $set
     assert fields["embedding"]["$literal"] == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
