@@ -439,8 +439,14 @@ class CheckpointOperations:
         expired = sorted(doc["_id"] for doc in docs)
         self.deltas.forget(expired)
         if expired:
+            # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
             threads = {"thread_id": {"$in": expired}}
-            yield from self._delete(threads, threads, threads)
+            mark = {"$set": {DOOMED: True}}
+            yield from update_many(WRITES, threads, mark)
+            yield from update_many(BLOBS, threads, mark)
+            yield from delete_many(CHECKPOINTS, threads)
+        # Also when nothing expired: it finishes a sweep (or prune) cut after its delete.
+        yield from self._delete_unneeded(expired)
         return expired
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:

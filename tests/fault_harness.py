@@ -1,9 +1,9 @@
 """The fault-injection harness over the savers' write paths (this module holds no tests).
 
 ``check_every_fault(saver, name)`` runs one operation (put, put_writes, copy_thread,
-prune or delete_for_runs) once cleanly to learn its calls, then, on a fresh thread per
-case, makes each call fail in turn (before it is sent, after the server applied it, and
-for bulk writes cut after every k requests), and retries. Writes are retried with the
+prune, delete_for_runs or the retention sweep) once cleanly to learn its calls, then,
+on a fresh thread per case, makes each call fail in turn (before it is sent, after the
+server applied it, and for bulk writes cut after every k requests), and retries. Writes are retried with the
 same value and with another one. After the fault every checkpoint is whole or not
 visible, with no stitched value; after the retry the operation's result is complete
 and nothing is left behind (``assert_no_orphans``). It runs on sync and async savers.
@@ -15,6 +15,7 @@ import itertools
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from langgraph.checkpoint.conformance.test_utils import (
@@ -24,11 +25,13 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
+from mongo_ckpt.layout import CHECKPOINTS
+from tests.backends import maybe_await
 from tests.faults import Fault, Faults
 from tests.saver_support import Api, assert_no_orphans
 
 CHUNK = 32  # tests set payload.CHUNK_SIZE to this: every value below is in 3 parts
-OPERATIONS = ["put", "put_writes", "copy_thread", "prune", "delete_for_runs"]
+OPERATIONS = ["put", "put_writes", "copy_thread", "prune", "delete_for_runs", "sweep_expired"]
 WRITING = ("put", "put_writes")  # retried with the same value and with another one
 _ids = itertools.count()
 
@@ -129,8 +132,24 @@ async def scenario(world: World, name: str, other_value: bool) -> Scenario:
     if name == "prune":
         prune = lambda: api.prune([thread], strategy="keep_latest")  # noqa: E731
         return Scenario(thread, prune, prune, 1, thread)
+    if name == "sweep_expired":
+        await maybe_await(
+            api.raw(CHECKPOINTS).update_many(
+                {"thread_id": thread}, {"$set": {"created_at": datetime(2000, 1, 1)}}
+            )
+        )
+        return Scenario(thread, lambda: sweep(api), lambda: sweep(api), 0, thread)
     delete = lambda: api.delete_for_runs([f"doomed-{thread}"])  # noqa: E731
     return Scenario(thread, delete, delete, 1, thread)
+
+
+async def sweep(api: Api) -> Any:
+    """The retention sweep with a one-day ``ttl``, on the harness's saver (created without
+    one, so no automatic sweep runs in the other scenarios)."""
+    operation = api.saver.ops.sweep_expired(timedelta(days=1).total_seconds())
+    return await maybe_await(
+        api.saver._arun(operation) if api.is_async else api.saver._run(operation)
+    )
 
 
 def fault_plan(faults: Faults) -> list[Fault]:
