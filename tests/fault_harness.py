@@ -1,12 +1,13 @@
 """The fault-injection harness over the savers' write paths (this module holds no tests).
 
 ``check_every_fault(saver, name)`` runs one operation (put, put_writes, copy_thread,
-prune, delete_for_runs or the retention sweep) once cleanly to learn its calls, then,
-on a fresh thread per case, makes each call fail in turn (before it is sent, after the
-server applied it, and for bulk writes cut after every k requests), and retries. Writes are retried with the
-same value and with another one. After the fault every checkpoint is whole or not
-visible, with no stitched value; after the retry the operation's result is complete
-and nothing is left behind (``assert_no_orphans``). It runs on sync and async savers.
+prune, delete_for_runs or the retention sweep) once cleanly to learn its calls, then, on
+a fresh thread per case, makes each call fail in turn (before it is sent, after the
+server applied it, and for bulk writes cut after every k requests), and retries. Writes
+are retried with the same value and with another one. After the fault every checkpoint
+is whole or not visible, with no stitched value; after the retry the operation's result
+is complete and nothing is left behind (``assert_no_orphans``). It runs on sync and
+async savers.
 """
 
 from __future__ import annotations
