@@ -42,6 +42,16 @@ def idle_option(command: F) -> F:
     )(command)
 
 
+def selection_options(command: F) -> F:
+    """The target, the threads (named, or ``--idle-days``), ``--dry-run`` and ``--yes``."""
+    for option in (
+        yes_option, dry_run_option, idle_option, click.argument("thread_ids", nargs=-1),
+        target_options,
+    ):
+        command = option(command)
+    return command
+
+
 def _selected(session: Session, thread_ids: tuple[str, ...], idle_days: float | None) -> list[str]:
     if bool(thread_ids) == (idle_days is not None):
         raise click.UsageError("name the threads, or select them with --idle-days (not both)")
@@ -72,11 +82,7 @@ def _report(
 
 
 @click.command()
-@target_options
-@click.argument("thread_ids", nargs=-1)
-@idle_option
-@dry_run_option
-@yes_option
+@selection_options
 def delete(
     target: Target, thread_ids: tuple[str, ...], idle_days: float | None, dry_run: bool, yes: bool
 ) -> None:
@@ -114,11 +120,7 @@ def copy(target: Target, source: str, destination: str, dry_run: bool, yes: bool
 
 
 @click.command()
-@target_options
-@click.argument("thread_ids", nargs=-1)
-@idle_option
-@dry_run_option
-@yes_option
+@selection_options
 def prune(
     target: Target, thread_ids: tuple[str, ...], idle_days: float | None, dry_run: bool, yes: bool
 ) -> None:
