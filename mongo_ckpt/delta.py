@@ -130,7 +130,8 @@ def work_item_stages(
 ) -> list[Stage]:
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
     "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
-    seed]}`` and, for a seeded channel, ``{"channel", "bj": its seed value's join key}``.
+    seed]}`` and, for a seeded channel, ``{"channel", "bj": [join keys of its seed value
+    and of the list-delta bases it is rebuilt from]}``.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup

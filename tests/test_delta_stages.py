@@ -156,7 +156,8 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         {"chain": ["c3", "c2", "c1", "c0"], "cut": False},
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
-        {"channel": "m", "bj": blob_join(T, NS, "m", "1")},
+        # The join keys of the seed value and of the list-delta bases it is rebuilt from.
+        {"channel": "m", "bj": [blob_join(T, NS, "m", "1")]},
     ]
     seeded = run(
         db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
