@@ -19,6 +19,7 @@ from langgraph.graph.message import _messages_delta_reducer, add_messages
 from typing_extensions import TypedDict
 
 from mongo_ckpt import MongoDBSaver
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import CountingCollection
 
 MESSAGE_BYTES = 1024
@@ -96,9 +97,10 @@ _OFFICIAL_COLLECTIONS = {"checkpoints": "checkpoint_collection", "writes": "writ
 
 
 def saver_collections(saver: BaseCheckpointSaver) -> dict[str, Any]:
-    """Logical name -> collection object of every collection ``saver`` stores into."""
+    """Logical name -> collection object of every collection ``saver`` stores checkpoints
+    into (mongo-ckpt's layout-version document is per database, not per thread)."""
     if isinstance(saver, MongoDBSaver):
-        return dict(saver.collections)
+        return {name: saver.collections[name] for name in (CHECKPOINTS, BLOBS, WRITES)}
     return {name: getattr(saver, attr) for name, attr in _OFFICIAL_COLLECTIONS.items()}
 
 
