@@ -175,8 +175,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def _with_upkeep(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
-        due = self.ttl is not None and time.monotonic() >= self._next_sweep
-        if due and operation_name(operation) == "put":
+        due = time.monotonic() >= self._next_sweep and operation_name(operation) == "put"
+        if self.ttl is not None and due:
             self._next_sweep = time.monotonic() + self.sweep_interval
             yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
