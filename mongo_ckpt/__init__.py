@@ -1,7 +1,9 @@
 """mongo-ckpt: durable LangGraph checkpoints and memory on MongoDB."""
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
+from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.drivers import ClientClosedError
+from mongo_ckpt.markers import StaleParentError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
@@ -9,8 +11,10 @@ from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
 __all__ = [
     "AsyncMongoDBSaver",
     "ClientClosedError",
+    "MissingHistoryError",
     "MissingValueError",
     "MongoDBSaver",
     "SchemaTooNewError",
     "SchemaUpgradeRequired",
+    "StaleParentError",
 ]

@@ -68,8 +68,9 @@ def target_stages(target: Mapping[str, Any]) -> list[Stage]:
 def chain_stages(
     collection: str, thread_id: str, checkpoint_ns: str, max_depth: int
 ) -> list[Stage]:
-    """Emits ``{"chain": [{"id", "depth", "parent", "stored"}, ...]}``: the ancestors at
-    most ``max_depth`` steps above the parent (depth 0), nearest first.
+    """Emits ``{"start": the target's parent, "chain": [{"id", "depth", "parent",
+    "stored"}, ...]}``: the ancestors at most ``max_depth`` steps above the parent
+    (depth 0), nearest first.
 
     ``stored`` lists ``{"channel", "version"}`` of the values stored at that ancestor.
     The chain is filtered by thread and namespace again (copied threads share
@@ -96,6 +97,7 @@ def chain_stages(
         {
             "$group": {
                 "_id": None,
+                "start": {"$first": "$parent_checkpoint_id"},
                 "chain": {
                     "$push": {
                         "id": "$chain.checkpoint_id",
@@ -140,7 +142,16 @@ def work_item_stages(
     deepest: Any = "$l0"
     for i in range(1, len(names)):
         deepest = {"$cond": [{"$gt": [f"$l{i}", deepest]}, f"$l{i}", deepest]}
-    chain_item = _one({"chain": _ids_within(deepest), "cut": _cut(len(names), max_depth)})
+    # How the entries link, and where the walk stopped: ``missing_ancestor`` finds gaps.
+    chain_item = _one(
+        {
+            "chain": _ids_within(deepest),
+            "cut": _cut(len(names), max_depth),
+            "start": "$start",
+            "parents": _ids_within(deepest, field="parent"),
+            "end": {"$arrayElemAt": ["$chain", -1]},
+        }
+    )
     write_items = [
         _one({"channel": name, "ids": _ids_within(f"$l{i}", prefix)})
         for i, name in enumerate(names)
@@ -228,6 +239,9 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "_id": 0,
                 "chain": 1,
                 "cut": 1,
+                "start": 1,
+                "parents": 1,
+                "end": 1,
                 "w": {"$cond": [own("$w"), "$w", None]},
                 "b": {"$cond": [own("$b"), "$b", None]},
             }
@@ -255,11 +269,11 @@ def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _ids_within(depth: Any, prefix: Any = None) -> dict[str, Any]:
-    """Ids of the chain entries at most ``depth`` steps above the target; with ``prefix``,
-    their write join keys (``prefix`` + id)."""
+def _ids_within(depth: Any, prefix: Any = None, field: str = "id") -> dict[str, Any]:
+    """Ids (or another ``field``) of the chain entries at most ``depth`` steps above the
+    target; with ``prefix``, their write join keys (``prefix`` + id)."""
     within = {"$filter": {"input": "$chain", "as": "a", "cond": {"$lte": ["$$a.depth", depth]}}}
-    item = {"$concat": [prefix, "$$a.id"]} if prefix is not None else "$$a.id"
+    item = {"$concat": [prefix, "$$a.id"]} if prefix is not None else f"$$a.{field}"
     return {"$map": {"input": within, "as": "a", "in": item}}
 
 
@@ -268,6 +282,45 @@ def _stored_entries(name: dict[str, Any]) -> dict[str, Any]:
     stored with and the list-delta bases that value is rebuilt from."""
     cond = {"$eq": ["$$v.channel", name]}
     return {"$filter": {"input": "$$a.stored", "as": "v", "cond": cond}}
+
+
+def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -> str | None:
+    """The id of an ancestor a ``history_pipeline`` walk needed and did not find stored:
+    a gap in the chain up to the deepest seed, or (with the walk's ``max_depth``, when it
+    is known to reach every seed) a parent where a walk that found no seed for some
+    channel stopped short of it. ``None`` when nothing is missing, or no ancestor was
+    found at all."""
+    for doc in docs:
+        if "chain" not in doc:
+            continue
+        ids, parents = doc["chain"], doc.get("parents", [])
+        if ids and ids[0] != doc.get("start"):
+            return str(doc.get("start"))
+        for i in range(len(ids) - 1):
+            if parents[i] != ids[i + 1]:
+                return str(parents[i])
+        end: Mapping[str, Any] = doc.get("end") or {}
+        reached_end = bool(ids) and end.get("id") == ids[-1]
+        stopped_short = max_depth is not None and end.get("depth", max_depth) < max_depth
+        if reached_end and end.get("parent") is not None and stopped_short:
+            return str(end["parent"])
+    return None
+
+
+class MissingHistoryError(LookupError):
+    """A checkpoint's DeltaChannel history needs an ancestor that is not stored."""
+
+    def __init__(
+        self, thread_id: str, checkpoint_ns: str, channels: Sequence[str], ancestor: str
+    ) -> None:
+        super().__init__(
+            f"DeltaChannel history missing: thread_id={thread_id!r} "
+            f"checkpoint_ns={checkpoint_ns!r} channels={list(channels)!r} are rebuilt from "
+            f"ancestor checkpoint {ancestor!r}, which is not stored (deleted while a run "
+            "continued from it, or by hand)"
+        )
+        self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
+        self.channels, self.ancestor = list(channels), ancestor
 
 
 def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:

@@ -18,9 +18,10 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from pymongo import ReplaceOne, UpdateOne
+from pymongo import DeleteMany, ReplaceOne, UpdateMany, UpdateOne
+from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import schema
+from mongo_ckpt import markers, schema
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -39,7 +40,14 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
-from mongo_ckpt.delta import assemble, history_pipeline, needed_ancestors, walk_cut_short
+from mongo_ckpt.delta import (
+    MissingHistoryError,
+    assemble,
+    history_pipeline,
+    missing_ancestor,
+    needed_ancestors,
+    walk_cut_short,
+)
 from mongo_ckpt.documents import (
     ValueWrites,
     blob_requests,
@@ -93,11 +101,12 @@ SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "r
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
-DOOMED = "doomed"
+DOOMED = markers.DOOMED
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
+NO_VALUE_JOIN = {**NO_JOIN, **markers.VALUES}  # (markers join nothing)
 
 
 class CheckpointOperations:
@@ -165,8 +174,8 @@ class CheckpointOperations:
         documents lack them."""
         if upgrade_limit is not None:
             missing = 0
-            for collection in (BLOBS, WRITES):
-                missing += yield from count_documents(collection, NO_JOIN, limit=upgrade_limit + 1)
+            for collection, query in ((BLOBS, NO_VALUE_JOIN), (WRITES, NO_JOIN)):
+                missing += yield from count_documents(collection, query, limit=upgrade_limit + 1)
             if missing > upgrade_limit:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
@@ -221,11 +230,22 @@ class CheckpointOperations:
             return aggregate(CHECKPOINTS, pipeline)
 
         docs = yield from walk(depth)
-        if depth < MAX_DEPTH and walk_cut_short(docs):
+        counted = depth < MAX_DEPTH  # LangGraph's counters say how far back the seeds are
+        if counted and walk_cut_short(docs):
             # Counters that understate the distance (metadata not written by LangGraph's
             # loop): walk again as far as LangGraph's bound.
-            docs = yield from walk(MAX_DEPTH)
-        return assemble(docs, channels, self.serde)
+            counted, docs = False, (yield from walk(MAX_DEPTH))
+        history = assemble(docs, channels, self.serde)
+        missing = missing_ancestor(docs, depth if counted else None)
+        unseeded = [ch for ch in channels if "seed" not in history[ch]]
+        if missing is None and counted and unseeded and not any(d.get("chain") for d in docs):
+            # No ancestor found: the target's parent is the first checkpoint, or gone.
+            fields = _fields(["parent_checkpoint_id"])
+            found = yield from find(CHECKPOINTS, target, projection=fields, sort=LATEST, limit=1)
+            missing = found[0].get("parent_checkpoint_id") if found else None
+        if missing is not None:
+            raise MissingHistoryError(thread_id, checkpoint_ns, unseeded or channels, missing)
+        return history
 
     def list(
         self,
@@ -293,11 +313,53 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        if blobs.requests:  # values first: a reader never sees a checkpoint without its values
-            yield from _write_values(BLOBS, BLOB_KEY, blobs)
-        yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
+        stored = {ch: v for ch, v in new_versions.items() if ch in values}
+        yield from self._write_first(key, parent_id, doc, blobs, stored)
+        if parent_id is not None:
+            # Its parent must still be there: it may have been deleted (or its thread)
+            # after the values were checked, and DeltaChannels rebuild from its history.
+            write = UpdateOne(key, {"$set": doc}, upsert=True)
+            parent = markers.probe_checkpoint({**key, "checkpoint_id": parent_id})
+            result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
+            if not markers.probed_checkpoint(result):
+                yield from delete_many(CHECKPOINTS, key)
+                yield from self._withdraw(key, parent_id, stored)
+        else:
+            yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
         self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
+
+    def _write_first(
+        self,
+        key: Mapping[str, str],
+        parent_id: str | None,
+        doc: Mapping[str, Any],
+        blobs: ValueWrites,
+        stored: ChannelVersions,
+    ) -> Operation[None]:
+        """Everything a checkpoint needs before it is written, in one ordered bulk write:
+        its registration, the tombstone check, its new values (so a reader never sees the
+        checkpoint without them) and a count of the stored values it shares (``markers``).
+        """
+        thread_id, checkpoint_ns, _ = checkpoint = key_of(key)
+        shared = needed_values([doc]) - {(thread_id, checkpoint_ns, *v) for v in stored.items()}
+        requests = [*markers.register(checkpoint, parent_id, _now()), *blobs.requests]
+        if shared:
+            requests.append(markers.probe(shared))
+        result = yield from _write_values(BLOBS, BLOB_KEY, ValueWrites(requests, blobs.multipart))
+        if not markers.landed_whole(result, len(blobs.requests), len(shared)):
+            yield from self._withdraw(key, parent_id, stored)
+
+    def _withdraw(
+        self, key: Mapping[str, str], parent_id: str | None, stored: ChannelVersions
+    ) -> Operation[None]:
+        """Refuse a put (``StaleParentError``) whose checkpoint is not stored: its
+        registration goes, and its new values are left marked, for maintenance to delete
+        unless some stored checkpoint names them."""
+        thread_id, checkpoint_ns, checkpoint_id = checkpoint = key_of(key)
+        new = {(thread_id, checkpoint_ns, *v) for v in stored.items()}
+        yield from bulk_write(BLOBS, markers.withdraw(checkpoint, new), ordered=True)
+        raise markers.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
 
     def _parent_chains(
         self,
@@ -381,8 +443,8 @@ class CheckpointOperations:
         # may have been missed) is not copied.
         query = {"thread_id": source}
         ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
-        for collection in (BLOBS, WRITES):
-            yield from _copy(collection, query, target)
+        yield from _copy(BLOBS, {**query, **markers.VALUES}, target)
+        yield from _copy(WRITES, query, target)
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
             yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
@@ -390,12 +452,12 @@ class CheckpointOperations:
     def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
         updated = 0
-        for collection, fields, build in (
-            (BLOBS, BLOB_KEY, blob_join),
-            (WRITES, WRITE_KEY[:3], write_join),
+        for collection, query, fields, build in (
+            (BLOBS, NO_VALUE_JOIN, BLOB_KEY, blob_join),
+            (WRITES, NO_JOIN, WRITE_KEY[:3], write_join),
         ):
             projection = {f: 1 for f in fields}
-            cursor = yield from find_cursor(collection, NO_JOIN, projection=projection)
+            cursor = yield from find_cursor(collection, query, projection=projection)
             while docs := (yield from next_batch(cursor, COPY_BATCH)):
                 requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
@@ -434,19 +496,41 @@ class CheckpointOperations:
         return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
     def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
-        cutoff = datetime.now(timezone.utc) - timedelta(seconds=ttl)
+        now = _now()
+        cutoff = now - timedelta(seconds=ttl)
         docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
+        token = ObjectId()
+        if expired:
+            # Tombstones, then registrations: a put registered since the cutoff makes its
+            # thread active again; one registering later sees the tombstone (``markers``).
+            threads = [(t, "", None) for t in expired]
+            yield from bulk_write(BLOBS, markers.tombstones(threads, token, now), ordered=False)
+            found = yield from find(BLOBS, markers.markers_query(expired))
+            young = now - STRAY_AGE
+            registered = markers.registered(found, young)
+            stored = []
+            if registered:
+                fields = _fields((*CHECKPOINT_KEY, "created_at"))
+                stored = yield from find(CHECKPOINTS, keys_query(registered), projection=fields)
+            created = {key_of(doc): doc["created_at"] for doc in stored}
+            active = markers.active_threads(found, created, cutoff, young)
+            expired = [t for t in expired if t not in active]
         self.deltas.forget(expired)
         if expired:
             # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
-            threads = {"thread_id": {"$in": expired}}
+            threads_query = {"thread_id": {"$in": expired}}
             mark = {"$set": {DOOMED: True}}
-            yield from update_many(WRITES, threads, mark)
-            yield from update_many(BLOBS, threads, mark)
-            yield from delete_many(CHECKPOINTS, threads)
+            yield from update_many(WRITES, threads_query, mark)
+            # Registrations go with them: the threads were found to have none pending.
+            values_and_registrations: builtins.list[WriteRequest] = [
+                UpdateMany({**threads_query, **markers.VALUES}, mark),
+                DeleteMany({**markers.markers_query(expired), DOOMED: {"$exists": False}}),
+            ]
+            yield from bulk_write(BLOBS, values_and_registrations, ordered=True)
+            yield from delete_many(CHECKPOINTS, threads_query)
         # Also when nothing expired: it finishes a sweep (or prune) cut after its delete.
-        yield from self._delete_unneeded(expired)
+        yield from self._delete_unneeded(expired, token, cutoff)
         return expired
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
@@ -461,55 +545,77 @@ class CheckpointOperations:
     ) -> Operation[None]:
         """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
-        Three steps, each safe to cut and retry: mark the writes of the doomed checkpoints
-        and the value versions that they, and no surviving checkpoint of the snapshot,
-        need (``values`` names list-delta bases too, so a base lives as long as a
-        checkpoint rebuilt from it); delete the checkpoints; delete marked documents no
-        checkpoint needs (``_delete_unneeded``, which also finishes any earlier call that
-        was cut).
+        Each step is safe to cut and retry:
 
-        Nothing written after the snapshot is marked, so a concurrent ``put`` keeps its
-        values, and a checkpoint written before the re-read of the last step that names a
-        marked version (a fork from a doomed checkpoint) keeps it. One race is left: such
-        a fork whose checkpoint lands after that re-read (its writer read the parent
-        before the delete). Its read then raises ``MissingValueError``; it is never
-        returned partial. Closing it needs the checkpoint insert and the value delete in
-        one transaction (mongomock has none) or a read after every ``put``; see
-        docs/architecture.md, *Maintenance next to live writers*.
+        1. tombstone the doomed checkpoints, then read the registrations of puts on their
+           way and the checkpoints stored now (``markers``): the parent of such a put,
+           a checkpoint stored since ``skeletons`` was read, and the ancestors either
+           rebuilds DeltaChannels from are spared (a put registering after the
+           tombstones raises ``StaleParentError`` instead);
+        2. mark the writes of the checkpoints still doomed, and the value versions that
+           they, and no other stored checkpoint, need (``values`` names list-delta bases
+           too, so a base lives as long as a checkpoint rebuilt from it);
+        3. delete those checkpoints;
+        4. delete marked documents no checkpoint needs (``_delete_unneeded``, which also
+           finishes any earlier call that was cut) and the markers that protect nothing.
         """
-        gone = {key_of(s) for s in doomed}
-        if gone:
-            survivors = [s for s in skeletons if key_of(s) not in gone]
-            unused = needed_values(doomed) - needed_values(survivors)
+        token = ObjectId()
+        if doomed:
+            now = _now()
+            keys = [key_of(s) for s in doomed]
+            yield from bulk_write(BLOBS, markers.tombstones(keys, token, now), ordered=False)
+            found = yield from find(BLOBS, markers.markers_query(thread_ids))
+            stored = yield from self._skeletons(thread_ids)
+            landed = {key_of(s) for s in (*skeletons, *stored)}
+            pending = markers.pending_parents(found, landed, now - STRAY_AGE)
+            planned = set(keys)
+            alive = [s for s in stored if key_of(s) not in planned or key_of(s) in pending]
+            spared = planned & (pending | needed_ancestors(stored, alive))
+            if spared:
+                unmark = {"$unset": {DOOMED: ""}}
+                yield from update_many(BLOBS, markers.tombstones_query(spared, token), unmark)
+            gone = planned - spared
+            survivors = [s for s in stored if key_of(s) not in gone]
+            unused = needed_values(s for s in doomed if key_of(s) in gone)
+            unused -= needed_values(survivors)
             mark = {"$set": {DOOMED: True}}
-            yield from update_many(WRITES, keys_query(gone), mark)
-            if unused:
-                yield from update_many(BLOBS, blob_keys_query(unused), mark)
-            yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids)
+            if gone:
+                yield from update_many(WRITES, keys_query(gone), mark)
+                if unused:
+                    yield from update_many(BLOBS, blob_keys_query(unused), mark)
+                yield from delete_many(CHECKPOINTS, keys_query(gone))
+        yield from self._delete_unneeded(thread_ids, token, _now() - STRAY_AGE)
 
-    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
+    def _delete_unneeded(
+        self, thread_ids: Iterable[str], token: ObjectId, since: datetime
+    ) -> Operation[None]:
         """Delete the writes and values that no checkpoint needs, read now: the marked ones
         (of this call, or of an earlier call that was cut, in any thread) and, in
         ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
         and never retried). Parts of such documents go too, and so do old parts that
-        their head does not join (``payload.stray_parts``)."""
+        their head does not join (``payload.stray_parts``). Markers that protect nothing
+        go last (``markers.obsolete_query``; older than ``since`` counts as obsolete)."""
         threads = set(thread_ids)
-        cutoff = ObjectId.from_datetime(datetime.now(timezone.utc) - STRAY_AGE)
+        cutoff = ObjectId.from_datetime(_now() - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
-        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
+        query = {"$or": [{DOOMED: {"$exists": True}}, {"thread_id": {"$in": sorted(threads)}}]}
         found: dict[str, builtins.list[Document]] = {}
         stray: set[Any] = set()
+        marks: builtins.list[Document] = []
         for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
-            projection = _fields((*fields, "part", "vid", DOOMED))
+            projection = _fields((*fields, "part", "vid", DOOMED, "at"))
             docs = yield from find(collection, query, projection=projection)
+            if collection == BLOBS:
+                marks = [d for d in docs if markers.is_marker(d)]
+                docs = [d for d in docs if not markers.is_marker(d)]
             found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
             # Parts no head joins, judged against every head of the threads.
             own = [d for d in docs if d["thread_id"] in threads]
             stray.update(stray_parts(own, fields, headless=True))
-        if not any(found.values()):
+        if not any(found.values()) and not marks:
             return
-        current = yield from self._skeletons({d["thread_id"] for ds in found.values() for d in ds})
+        owners = {d["thread_id"] for ds in (*found.values(), marks) for d in ds}
+        current = yield from self._skeletons(owners)
         needed = {
             WRITES: {key_of(s) for s in current},
             BLOBS: needed_values(current),
@@ -523,10 +629,14 @@ class CheckpointOperations:
                 or (d["_id"] in stray and _older(d, cutoff))
             }
             if ids:
-                owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
+                threads_of = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
                 yield from delete_many(
-                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                    collection, {"thread_id": {"$in": threads_of}, "_id": {"$in": sorted(ids)}}
                 )
+        stored = {key_of(s) for s in current}
+        obsolete = markers.obsolete_query(marks, stored, token, since, _now())
+        if obsolete is not None:
+            yield from delete_many(BLOBS, obsolete)
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
@@ -540,15 +650,15 @@ def _fields(names: Iterable[str]) -> dict[str, int]:
 
 def _write_values(
     collection: str, key_fields: tuple[str, ...], writes: ValueWrites
-) -> Operation[None]:
+) -> Operation[BulkWriteResult]:
     """Write values in one ordered bulk write, so each head lands after its parts.
 
     Values in several parts then cost one ``find`` of their part ids, and parts left by a
     cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
     """
-    yield from bulk_write(collection, writes.requests, ordered=True)
+    result = yield from bulk_write(collection, writes.requests, ordered=True)
     if not writes.multipart:
-        return
+        return result
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
     docs = yield from find(collection, query, projection=projection)
@@ -556,6 +666,11 @@ def _write_values(
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
+    return result
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:

@@ -22,6 +22,7 @@ from mongo_ckpt.delta import (
     NO_SEED,
     chain_stages,
     history_pipeline,
+    missing_ancestor,
     own_part_stages,
     part_lookup_stages,
     seed_depth_stages,
@@ -122,6 +123,7 @@ def test_target_stages_emit_the_newest_matching_checkpoint(db: Any) -> None:
 def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
     [doc] = run(db, walk())
     assert doc == {
+        "start": "c3",
         "chain": [
             {"id": "c3", "depth": 0, "parent": "c2", "stored": []},
             {"id": "c2", "depth": 1, "parent": "c1", "stored": []},
@@ -145,6 +147,16 @@ def test_seed_depth_stages_add_each_channels_seed_depth(db: Any) -> None:
     assert short["l0"] == NO_SEED
 
 
+ROOT = {"id": "c0", "depth": 3, "parent": None, "stored": []}
+C1 = {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]}
+C2 = {"id": "c2", "depth": 1, "parent": "c1", "stored": []}
+
+
+def links(n: int) -> dict[str, Any]:
+    """``start`` and ``parents`` of a chain item whose chain is c3, c2... (``n`` entries)."""
+    return {"start": "c3", "parents": ["c2", "c1", "c0", None][:n]}
+
+
 def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
     prefix = T + JOIN_SEP + NS + JOIN_SEP
     docs = run(
@@ -152,8 +164,9 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         [*walk(), *seed_depth_stages(["m", "n"]), *work_item_stages(T, NS, ["m", "n"], MAX_DEPTH)],
     )
     assert docs == [
-        # "n" has no seed, so the chain goes to the root; the full walk is not cut.
-        {"chain": ["c3", "c2", "c1", "c0"], "cut": False},
+        # "n" has no seed, so the chain goes to the root; the full walk is not cut, and it
+        # ends at the root (no parent: nothing is missing).
+        {"chain": ["c3", "c2", "c1", "c0"], "cut": False, **links(4), "end": ROOT},
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
         # The join keys of the seed value and of the list-delta bases it is rebuilt from.
@@ -162,13 +175,27 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
     seeded = run(
         db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
     )
-    assert seeded[0] == {"chain": ["c3", "c2", "c1"], "cut": False}
+    assert seeded[0] == {"chain": ["c3", "c2", "c1"], "cut": False, **links(3), "end": C1}
+    assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
     cut = run(
         db, [*walk(max_depth=1), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 1)]
     )
-    assert cut[0] == {"chain": ["c3", "c2"], "cut": True}
+    assert cut[0] == {"chain": ["c3", "c2"], "cut": True, **links(2), "end": C2}
     assert [d for d in cut if "bj" in d] == []
+
+
+def test_a_walk_that_meets_a_missing_ancestor_names_it(db: Any) -> None:
+    db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c1"})
+    stages = [*walk(), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], MAX_DEPTH)]
+    docs = run(db, stages)
+    # "m" is stored at c1 only: the walk stops at c2, whose parent is gone (a server that
+    # ignores restrictSearchWithMatch walks on through thread "u" and finds c0: a gap).
+    assert docs[0]["chain"][:2] == ["c3", "c2"]
+    assert missing_ancestor(docs, MAX_DEPTH) == "c1"
+    db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c3"})
+    # The target's parent: named, or (no ancestor found at all) left to the saver's check.
+    assert missing_ancestor(run(db, stages), MAX_DEPTH) in ("c3", None)
 
 
 def test_part_lookup_stages_add_one_part_per_document(db: Any) -> None:
@@ -193,7 +220,14 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
     stages = history_pipeline(NAMES, {"thread_id": T, "checkpoint_ns": NS}, T, NS, ["m", "n"])
     assert stages[-2:] == own_part_stages(T, NS)
     docs = run(db, stages)
-    assert docs[0] == {"chain": ["c3", "c2", "c1", "c0"], "cut": False, "w": None, "b": None}
+    assert docs[0] == {
+        "chain": ["c3", "c2", "c1", "c0"],
+        "cut": False,
+        **links(4),
+        "end": ROOT,
+        "w": None,
+        "b": None,
+    }
     assert sorted(d["w"]["value"] for d in docs if d.get("w")) == sorted(
         [f"{T}/{c}/m" for c in ("c3", "c2", "c1")] + [f"{T}/{c}/n" for c in CHAIN[:4]]
     )

@@ -69,7 +69,7 @@ class SentBytes:
         return getattr(self.inner, name)
 
     def bulk_write(self, requests: list[Any], **kwargs: Any) -> Any:
-        self.sent += sum(len(bson.encode(r._doc)) for r in requests)
+        self.sent += sum(len(bson.encode(getattr(r, "_doc", r._filter))) for r in requests)
         return self.inner.bulk_write(requests, **kwargs)
 
 

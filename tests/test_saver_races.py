@@ -1,11 +1,14 @@
 """Races between graph writers, readers and maintenance on the same threads.
 
-The bounded randomized race runs real graph writers (one per thread, as LangGraph runs
-a thread) alongside loops of ``prune``, ``delete_for_runs``, ``copy_thread``, the TTL
-sweep and readers, all on the writers' threads: OS threads on the sync saver, tasks on
-the async one. Values are spread over several parts and carry their own digest. While
-it runs, every checkpoint a reader lists reads whole or is gone; afterwards every
-checkpoint reads whole, and once a last prune has run nothing is left behind.
+The bounded randomized race runs real graph writers, two on each thread, alongside loops
+of ``prune``, ``delete_for_runs``, ``copy_thread``, the TTL sweep and readers, all on the
+writers' threads: OS threads on the sync saver, tasks on the async one. A writer may
+continue from a checkpoint the other writer's progress lets maintenance delete; its put
+then stores its checkpoint whole or raises ``StaleParentError`` (the run ends there,
+nothing half-written is left). Values are spread over several parts and carry their own
+digest. While it runs, every checkpoint a reader lists reads whole or is gone;
+afterwards every checkpoint reads whole, and once a last prune has run nothing is left
+behind.
 Leftovers of the race itself (writes stored after their checkpoint was pruned) are
 younger than ``STRAY_AGE``, so that prune runs with every document counted as old.
 
@@ -35,7 +38,14 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from mongo_ckpt import AsyncMongoDBSaver, MissingValueError, MongoDBSaver, operations, payload
+from mongo_ckpt import (
+    AsyncMongoDBSaver,
+    MissingValueError,
+    MongoDBSaver,
+    StaleParentError,
+    operations,
+    payload,
+)
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from tests.backends import maybe_await
 from tests.faults import Interleave, Serialized
@@ -45,7 +55,8 @@ from tests.saver_support import Api, assert_no_orphans
 CHUNK = 256  # payload.CHUNK_SIZE here: every value below spans 1 to 4 parts
 SECONDS = 1.5  # how long the writers keep writing
 MIN_RUNS = 4  # graph runs per writer, however long they take
-WRITERS = 2
+THREADS = 2
+WRITERS = 2  # per thread
 SEED = 7
 
 
@@ -92,12 +103,12 @@ class Race:
         self.saver, self.api = saver, Api(saver)
         self.is_async = isinstance(saver, AsyncMongoDBSaver)
         self.rng = random.Random(seed)
-        self.threads = [f"w{n}" for n in range(WRITERS)]
+        self.threads = [f"w{n}" for n in range(THREADS)]
         self.finished: dict[str, list[str]] = {t: [] for t in self.threads}
         self.figures: Counter = Counter()
         self.failures: list[str] = []
         self.deadline = 0.0
-        self.writers_left = WRITERS
+        self.writers_left = THREADS * WRITERS
         self.sweeper = type(saver)(saver.client, saver.db.name, ttl=3600)
         if type(saver.client).__module__.startswith("mongomock."):
             lock = threading.Lock()
@@ -131,12 +142,16 @@ class Race:
         graph = self.api.compile(builder(random.Random(seed)))
         turn = 0
         while turn < MIN_RUNS or time.monotonic() < self.deadline:
-            run_id = f"{thread_id}-run{turn}"
+            run_id = f"{thread_id}-{seed}-run{turn}"
             config = {**thread(thread_id), "metadata": {"run_id": run_id}}
-            await self.api.invoke(graph, {"log": []}, config)
+            turn += 1
+            try:
+                await self.api.invoke(graph, {"log": []}, config)
+            except StaleParentError:
+                self.figures["puts refused (parent deleted)"] += 1
+                continue
             self.finished[thread_id].append(run_id)
             self.figures["graph runs"] += 1
-            turn += 1
         self.writers_left -= 1
 
     @property
@@ -186,7 +201,7 @@ class Race:
     async def run(self) -> Counter:
         self.deadline = time.monotonic() + SECONDS
         writers = [
-            self.writer(t, self.rng.randrange(2**32)) for t in self.threads
+            self.writer(t, self.rng.randrange(2**32)) for t in self.threads for _ in range(WRITERS)
         ]
         loops = [
             self.loop(step)
@@ -211,7 +226,7 @@ async def check_race(saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     await assert_no_orphans(race.api)
     print(f"\nrace on {type(saver).__name__}: {dict(figures)}, failures {len(race.failures)}")
     assert not race.failures, race.failures[:5]
-    assert figures["graph runs"] >= WRITERS
+    assert figures["graph runs"] >= THREADS * WRITERS
     for name in ("prune", "delete_for_runs", "copy_thread", "sweep_expired"):
         assert figures[name] >= 1, name
 

@@ -1,0 +1,176 @@
+"""A ``put`` continuing from a checkpoint that maintenance is deleting, interleaved with
+``prune``, ``delete_for_runs`` and the retention sweep at every pair of their calls.
+
+The put read its parent before maintenance began (a node ran in between). It shares
+either the parent's values (one only the parent names, one every checkpoint names) or,
+as a DeltaChannel checkpoint, only a value every checkpoint names and the parent's
+history. Whatever the interleaving, the put is either stored whole (its history too) or
+refused with ``StaleParentError`` (and leaves nothing behind); every stored checkpoint
+reads back whole; and once the calls have finished, one more maintenance call leaves no
+orphan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+
+from mongo_ckpt import StaleParentError
+from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.drivers import aexecute, execute
+from tests.saver_support import Api, assert_no_orphans
+
+MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
+    "prune": lambda ops: ops.prune(["t"], "keep_latest"),
+    "delete_for_runs": lambda ops: ops.delete_for_runs(["old"]),
+    "sweep": lambda ops: ops.sweep_expired(1e-6),
+}
+
+
+class Stepper:
+    """Runs an operation one collection call at a time."""
+
+    def __init__(self, api: Api, operation: Operation[Any]) -> None:
+        self.api, self.operation = api, operation
+        self.result: Any = None
+        self.error: Exception | None = None
+        self.done = False
+        self.raised: Exception | None = None
+        self.calls = 0
+
+    async def step(self) -> bool:
+        """Make the next call; ``False`` once the operation has ended."""
+        if self.done:
+            return False
+        try:
+            if self.error is not None:
+                step = self.operation.throw(self.error)
+            else:
+                step = self.operation.send(self.result)
+        except StopIteration:
+            self.done = True
+            return False
+        except Exception as exc:  # the operation's own error: kept for the test
+            self.done, self.raised = True, exc
+            return False
+        assert isinstance(step, (Call, NextBatch))
+        self.result = self.error = None
+        collections = self.api.saver.collections
+        try:
+            if self.api.is_async:
+                self.result = await aexecute(collections, step)
+            else:
+                self.result = execute(collections, step)
+        except Exception as exc:
+            self.error = exc
+        self.calls += 1
+        return True
+
+    async def finish(self) -> None:
+        while await self.step():
+            pass
+
+
+@dataclass
+class Fork:
+    """Thread ``t``: c1..c4, run ``old`` for c1..c3 and ``new`` for c4. Channel ``a`` gets a
+    new value at every step, ``b`` is written once by c1. The fork continues from c2."""
+
+    parent: dict[str, Any]
+    checkpoint: dict[str, Any]
+    values: dict[str, Any]
+    expected: dict[str, dict[str, Any]]
+
+    @classmethod
+    async def build(cls, api: Api, shares: str = "values") -> Fork:
+        expected: dict[str, dict[str, Any]] = {}
+        configs: list[dict[str, Any]] = []
+        for step in range(1, 5):
+            values = {"a": f"a{step}", "b": "b"}
+            versions = {"a": f"{step:08}", "b": f"{1:08}"}
+            checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
+            config = configs[-1] if configs else generate_config("t")
+            run = "old" if step < 4 else "new"
+            new = versions if step == 1 else {"a": versions["a"]}
+            configs.append(await api.put(config, checkpoint, generate_metadata(run_id=run), new))
+            expected[checkpoint["id"]] = values
+        if shares == "values":
+            values = {"a": "a2", "b": "b", "z": "forked"}
+            versions = {"a": f"{2:08}", "b": f"{1:08}", "z": f"{9:08}"}
+        else:  # "d" is a DeltaChannel rebuilt from the history above the parent
+            values = {"b": "b", "z": "forked"}
+            versions = {"b": f"{1:08}", "z": f"{9:08}", "d": f"{3:08}"}
+        checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
+        return cls(configs[1], checkpoint, values, expected)
+
+    def put(self, api: Api) -> Operation[Any]:
+        counters = {"d": [1, 1]} if "d" in self.checkpoint["channel_versions"] else {}
+        metadata = generate_metadata(run_id="fork", counters_since_delta_snapshot=counters)
+        return api.saver.ops.put(self.parent, self.checkpoint, metadata, {"z": f"{9:08}"})
+
+
+async def _maintenance_calls(api: Api, name: str) -> int:
+    await Fork.build(api)
+    alone = Stepper(api, MAINTENANCE[name](api.saver.ops))
+    await alone.finish()
+    assert alone.raised is None
+    await api.delete_thread("t")
+    return alone.calls
+
+
+@pytest.mark.parametrize("shares", ["values", "history"])
+@pytest.mark.parametrize("name", sorted(MAINTENANCE))
+async def test_fork_from_a_checkpoint_being_deleted(api: Api, name: str, shares: str) -> None:
+    calls = await _maintenance_calls(api, name)
+    outcomes = {"stored": 0, "refused": 0}
+    for first in range(calls + 1):
+        for second in range(first, calls + 1):
+            fork = await Fork.build(api, shares)
+            maintenance = Stepper(api, MAINTENANCE[name](api.saver.ops))
+            writer = Stepper(api, fork.put(api))
+            for _ in range(first):
+                await maintenance.step()
+            await writer.step()  # registration, tombstone check and values
+            for _ in range(second - first):
+                await maintenance.step()
+            await writer.finish()
+            await maintenance.finish()
+            assert maintenance.raised is None, (first, second, maintenance.raised)
+            where = (name, first, second)
+
+            fork_id = fork.checkpoint["id"]
+            fork_key = {**fork.parent["configurable"], "checkpoint_id": fork_id}
+            fork_config = {"configurable": fork_key}
+            if writer.raised is not None:
+                assert isinstance(writer.raised, StaleParentError), where
+                assert await api.get_tuple(fork_config) is None, where
+                outcomes["refused"] += 1
+            else:
+                fork.expected[fork_id] = fork.values
+                outcomes["stored"] += 1
+            for item in await api.list(generate_config("t")):
+                cid = item.config["configurable"]["checkpoint_id"]
+                assert item.checkpoint["channel_values"] == fork.expected[cid], where
+                found = await api.get_tuple(item.config)
+                assert found.checkpoint["channel_values"] == fork.expected[cid], where
+            if writer.raised is None and name != "sweep":  # the sweep may expire it too
+                assert await api.get_tuple(fork_config) is not None, where
+            if writer.raised is None and shares == "history":
+                # Its parent is still there: the history walk (as far back as the fork's
+                # counters say, once a read noted them) finds no gap.
+                await api.get_tuple(fork_config)
+                await api.get_delta_channel_history(config=fork_config, channels=["d"])
+
+            await api.prune(["t"], strategy="keep_latest")
+            await assert_no_orphans(api)
+            await api.delete_thread("t")
+    # Both outcomes happen: early interleavings spare the parent, late ones refuse the put.
+    assert outcomes["stored"] and outcomes["refused"], outcomes
