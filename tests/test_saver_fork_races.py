@@ -7,7 +7,7 @@ as a DeltaChannel checkpoint, only a value every checkpoint names and the parent
 history. Whatever the interleaving, the put is either stored whole (its history too) or
 refused with ``StaleParentError`` (and leaves nothing behind); every stored checkpoint
 reads back whole; and once the calls have finished, one more maintenance call leaves no
-orphan.
+orphan. It runs on mock (sync and async) and on wire and a real server (sync).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from mongo_ckpt import StaleParentError
 from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.drivers import aexecute, execute
+from tests.backends import TARGETS, target_params
 from tests.saver_support import Api, assert_no_orphans
 
 MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
@@ -126,6 +127,12 @@ async def _maintenance_calls(api: Api, name: str) -> int:
     return alone.calls
 
 
+# Every pair of positions is a few thousand calls: the async drivers run the same
+# operations on mock, and the wire server and a real one with the sync driver.
+STEPPED = [t for t in TARGETS if t.backend == "mock" or not t.is_async]
+
+
+@pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
 @pytest.mark.parametrize("shares", ["values", "history"])
 @pytest.mark.parametrize("name", sorted(MAINTENANCE))
 async def test_fork_from_a_checkpoint_being_deleted(api: Api, name: str, shares: str) -> None:
@@ -172,5 +179,6 @@ async def test_fork_from_a_checkpoint_being_deleted(api: Api, name: str, shares:
             await api.prune(["t"], strategy="keep_latest")
             await assert_no_orphans(api)
             await api.delete_thread("t")
+    print(f"\n{name}, fork sharing {shares}: {calls} calls, {outcomes}")
     # Both outcomes happen: early interleavings spare the parent, late ones refuse the put.
     assert outcomes["stored"] and outcomes["refused"], outcomes
