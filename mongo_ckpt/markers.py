@@ -82,14 +82,16 @@ def markers_query(thread_ids: Iterable[str]) -> dict[str, Any]:
 
 def register(key: Key, parent_id: str | None, now: datetime) -> list[WriteRequest]:
     """A put's registration of checkpoint ``key``, its parent's registration dropped (the
-    parent is stored), and the tombstone check: it modifies one document per tombstone
-    found on the parent or the thread, and nothing else in the put's bulk write does."""
+    parent is stored), and the tombstone check: it modifies one document per live
+    tombstone on the thread, the parent or the checkpoint itself, and nothing else in the
+    put's bulk write does."""
     thread_id, checkpoint_ns, checkpoint_id = key
     fields = {"parent": parent_id, "at": now, "join": None}
     requests: list[WriteRequest] = [
         UpdateOne(marker_key(*key), {"$setOnInsert": fields}, upsert=True)
     ]
-    tombs = [marker_key(thread_id, checkpoint_ns, None)]
+    # The thread's, the parent's, and its own (a retried put of a checkpoint being deleted).
+    tombs = [marker_key(thread_id, checkpoint_ns, None), marker_key(*key)]
     if parent_id is not None:
         parent = marker_key(thread_id, checkpoint_ns, parent_id)
         requests.append(DeleteOne({**parent, DOOMED: {"$exists": False}}))
@@ -108,7 +110,7 @@ def probe(keys: Iterable[Key]) -> UpdateMany:
 
 def withdraw(key: Key, new_values: set[Key]) -> list[WriteRequest]:
     """A refused put's undo: its registration deleted, the values it wrote marked."""
-    requests: list[WriteRequest] = [DeleteOne(marker_key(*key))]
+    requests: list[WriteRequest] = [DeleteOne({**marker_key(*key), DOOMED: {"$exists": False}})]
     if new_values:
         requests.append(UpdateMany(blob_keys_query(new_values), {"$set": {DOOMED: True}}))
     return requests
