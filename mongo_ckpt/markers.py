@@ -53,9 +53,9 @@ class StaleParentError(LookupError):
         super().__init__(
             f"checkpoint {checkpoint_id!r} (thread_id={thread_id!r} "
             f"checkpoint_ns={checkpoint_ns!r}) was not stored: its parent {parent!r}, or "
-            "values it shares with it, were deleted while it was being written (prune, "
-            "delete_for_runs, delete_thread or the retention sweep); continue from a "
-            "checkpoint that still exists"
+            "values it names without writing them, are not stored (deleted while it was "
+            "being written by prune, delete_for_runs, delete_thread or the retention "
+            "sweep, or never written); continue from a checkpoint that still exists"
         )
         self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
         self.checkpoint_id, self.parent = checkpoint_id, parent

@@ -20,7 +20,8 @@ async def test_put_and_put_writes(api: Api) -> None:
     checkpoint = generate_checkpoint(
         channel_values={"a": 1, "b": 2, "c": 3}, channel_versions={"a": "1", "b": "1", "c": "1"}
     )
-    stored = await api.put(configs[-1], checkpoint, generate_metadata(), {"a": "1", "b": "1"})
+    new_versions = {"a": "1", "b": "1", "c": "1"}
+    stored = await api.put(configs[-1], checkpoint, generate_metadata(), new_versions)
     assert total(counter) <= 2, counter
 
     counter.clear()
