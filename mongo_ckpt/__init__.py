@@ -3,10 +3,10 @@
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.drivers import ClientClosedError
-from mongo_ckpt.markers import StaleParentError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
+from mongo_ckpt.tombstones import StaleParentError
 
 __all__ = [
     "AsyncMongoDBSaver",

@@ -18,10 +18,10 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from pymongo import DeleteMany, ReplaceOne, UpdateMany, UpdateOne
+from pymongo import ReplaceOne, UpdateOne
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import markers, schema
+from mongo_ckpt import schema, tombstones
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -101,12 +101,11 @@ SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "r
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
-DOOMED = markers.DOOMED
+DOOMED = tombstones.DOOMED
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
-NO_VALUE_JOIN = {**NO_JOIN, **markers.VALUES}  # (markers join nothing)
 
 
 class CheckpointOperations:
@@ -174,8 +173,8 @@ class CheckpointOperations:
         documents lack them."""
         if upgrade_limit is not None:
             missing = 0
-            for collection, query in ((BLOBS, NO_VALUE_JOIN), (WRITES, NO_JOIN)):
-                missing += yield from count_documents(collection, query, limit=upgrade_limit + 1)
+            for collection in (BLOBS, WRITES):
+                missing += yield from count_documents(collection, NO_JOIN, limit=upgrade_limit + 1)
             if missing > upgrade_limit:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
@@ -313,53 +312,38 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        stored = {ch: v for ch, v in new_versions.items() if ch in values}
-        yield from self._write_first(key, parent_id, doc, blobs, stored)
-        if parent_id is not None:
-            # Its parent must still be there: it may have been deleted (or its thread)
-            # after the values were checked, and DeltaChannels rebuild from its history.
-            write = UpdateOne(key, {"$set": doc}, upsert=True)
-            parent = markers.probe_checkpoint({**key, "checkpoint_id": parent_id})
-            result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
-            if not markers.probed_checkpoint(result):
-                yield from delete_many(CHECKPOINTS, key)
-                yield from self._withdraw(key, parent_id, stored)
-        else:
+        if blobs.requests:  # values first: a reader never sees a checkpoint without its values
+            yield from _write_values(BLOBS, BLOB_KEY, blobs)
+        if parent_id is None:
             yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
+        else:
+            # The checkpoint, then a probe of its parent: a parent deleted, or tombstoned
+            # by maintenance about to delete it, takes the checkpoint back (``tombstones``).
+            write = UpdateOne(key, {"$set": doc}, upsert=True)
+            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id}, _now())
+            result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
+            if not tombstones.parent_found(result):
+                yield from self._take_back(key, parent_id, new_versions, values)
         self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
-    def _write_first(
+    def _take_back(
         self,
         key: Mapping[str, str],
-        parent_id: str | None,
-        doc: Mapping[str, Any],
-        blobs: ValueWrites,
-        stored: ChannelVersions,
+        parent_id: str,
+        new_versions: ChannelVersions,
+        values: Mapping[str, Any],
     ) -> Operation[None]:
-        """Everything a checkpoint needs before it is written, in one ordered bulk write:
-        its registration, the tombstone check, its new values (so a reader never sees the
-        checkpoint without them) and a count of the stored values it shares (``markers``).
-        """
-        thread_id, checkpoint_ns, _ = checkpoint = key_of(key)
-        shared = needed_values([doc]) - {(thread_id, checkpoint_ns, *v) for v in stored.items()}
-        requests = [*markers.register(checkpoint, parent_id, _now()), *blobs.requests]
-        if shared:
-            requests.append(markers.probe(shared))
-        result = yield from _write_values(BLOBS, BLOB_KEY, ValueWrites(requests, blobs.multipart))
-        if not markers.landed_whole(result, len(blobs.requests), len(shared)):
-            yield from self._withdraw(key, parent_id, stored)
-
-    def _withdraw(
-        self, key: Mapping[str, str], parent_id: str | None, stored: ChannelVersions
-    ) -> Operation[None]:
-        """Refuse a put (``StaleParentError``) whose checkpoint is not stored: its
-        registration goes, and its new values are left marked, for maintenance to delete
-        unless some stored checkpoint names them."""
-        thread_id, checkpoint_ns, checkpoint_id = checkpoint = key_of(key)
-        new = {(thread_id, checkpoint_ns, *v) for v in stored.items()}
-        yield from bulk_write(BLOBS, markers.withdraw(checkpoint, new), ordered=True)
-        raise markers.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
+        """Delete a checkpoint whose parent is gone, leave the values it wrote marked for
+        maintenance (which keeps any a stored checkpoint names), raise ``StaleParentError``."""
+        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
+        yield from delete_many(CHECKPOINTS, key)
+        written: set[Any] = {
+            (thread_id, checkpoint_ns, ch, v) for ch, v in new_versions.items() if ch in values
+        }
+        if written:
+            yield from update_many(BLOBS, blob_keys_query(written), {"$set": {DOOMED: True}})
+        raise tombstones.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
 
     def _parent_chains(
         self,
@@ -443,8 +427,8 @@ class CheckpointOperations:
         # may have been missed) is not copied.
         query = {"thread_id": source}
         ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
-        yield from _copy(BLOBS, {**query, **markers.VALUES}, target)
-        yield from _copy(WRITES, query, target)
+        for collection in (BLOBS, WRITES):
+            yield from _copy(collection, query, target)
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
             yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
@@ -452,12 +436,12 @@ class CheckpointOperations:
     def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
         updated = 0
-        for collection, query, fields, build in (
-            (BLOBS, NO_VALUE_JOIN, BLOB_KEY, blob_join),
-            (WRITES, NO_JOIN, WRITE_KEY[:3], write_join),
+        for collection, fields, build in (
+            (BLOBS, BLOB_KEY, blob_join),
+            (WRITES, WRITE_KEY[:3], write_join),
         ):
             projection = {f: 1 for f in fields}
-            cursor = yield from find_cursor(collection, query, projection=projection)
+            cursor = yield from find_cursor(collection, NO_JOIN, projection=projection)
             while docs := (yield from next_batch(cursor, COPY_BATCH)):
                 requests: list[WriteRequest] = [
                     UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
@@ -500,37 +484,29 @@ class CheckpointOperations:
         cutoff = now - timedelta(seconds=ttl)
         docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
         expired = sorted(doc["_id"] for doc in docs)
-        token = ObjectId()
         if expired:
-            # Tombstones, then registrations: a put registered since the cutoff makes its
-            # thread active again; one registering later sees the tombstone (``markers``).
-            threads = [(t, "", None) for t in expired]
-            yield from bulk_write(BLOBS, markers.tombstones(threads, token, now), ordered=False)
-            found = yield from find(BLOBS, markers.markers_query(expired))
-            young = now - STRAY_AGE
-            registered = markers.registered(found, young)
-            stored = []
-            if registered:
-                fields = _fields((*CHECKPOINT_KEY, "created_at"))
-                stored = yield from find(CHECKPOINTS, keys_query(registered), projection=fields)
-            created = {key_of(doc): doc["created_at"] for doc in stored}
-            active = markers.active_threads(found, created, cutoff, young)
-            expired = [t for t in expired if t not in active]
+            # Tombstones first, then a look for checkpoints stored since the cutoff: a put
+            # that came first makes its thread active again; one that comes later finds
+            # its parent tombstoned and takes its checkpoint back (``tombstones``).
+            token = ObjectId()
+            threads_query = {"thread_id": {"$in": expired}}
+            yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
+            recent = {**threads_query, "created_at": {"$gte": cutoff}}
+            active = yield from distinct(CHECKPOINTS, "thread_id", recent)
+            if active:
+                spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
+                yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
+                expired = [t for t in expired if t not in set(active)]
         self.deltas.forget(expired)
         if expired:
             # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
             threads_query = {"thread_id": {"$in": expired}}
             mark = {"$set": {DOOMED: True}}
             yield from update_many(WRITES, threads_query, mark)
-            # Registrations go with them: the threads were found to have none pending.
-            values_and_registrations: builtins.list[WriteRequest] = [
-                UpdateMany({**threads_query, **markers.VALUES}, mark),
-                DeleteMany({**markers.markers_query(expired), DOOMED: {"$exists": False}}),
-            ]
-            yield from bulk_write(BLOBS, values_and_registrations, ordered=True)
+            yield from update_many(BLOBS, threads_query, mark)
             yield from delete_many(CHECKPOINTS, threads_query)
         # Also when nothing expired: it finishes a sweep (or prune) cut after its delete.
-        yield from self._delete_unneeded(expired, token, cutoff)
+        yield from self._delete_unneeded(expired)
         return expired
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
@@ -547,33 +523,29 @@ class CheckpointOperations:
 
         Each step is safe to cut and retry:
 
-        1. tombstone the doomed checkpoints, then read the registrations of puts on their
-           way and the checkpoints stored now (``markers``): the parent of such a put,
-           a checkpoint stored since ``skeletons`` was read, and the ancestors either
-           rebuilds DeltaChannels from are spared (a put registering after the
-           tombstones raises ``StaleParentError`` instead);
+        1. tombstone the doomed checkpoints, then read the threads' checkpoints again: one
+           stored since ``skeletons`` was read is a survivor, and the doomed ones it (or
+           any survivor) rebuilds DeltaChannels from are spared. A put that comes after
+           the tombstones finds its parent tombstoned and takes its checkpoint back
+           (``tombstones``), so no checkpoint is stored on a parent about to go;
         2. mark the writes of the checkpoints still doomed, and the value versions that
-           they, and no other stored checkpoint, need (``values`` names list-delta bases
-           too, so a base lives as long as a checkpoint rebuilt from it);
+           they, and no stored survivor, need (``values`` names list-delta bases too, so
+           a base lives as long as a checkpoint rebuilt from it);
         3. delete those checkpoints;
         4. delete marked documents no checkpoint needs (``_delete_unneeded``, which also
-           finishes any earlier call that was cut) and the markers that protect nothing.
+           finishes any earlier call that was cut).
         """
-        token = ObjectId()
-        if doomed:
-            now = _now()
-            keys = [key_of(s) for s in doomed]
-            yield from bulk_write(BLOBS, markers.tombstones(keys, token, now), ordered=False)
-            found = yield from find(BLOBS, markers.markers_query(thread_ids))
+        planned = {key_of(s) for s in doomed}
+        if planned:
+            token = ObjectId()
+            update = tombstones.tombstone(token, _now())
+            yield from update_many(CHECKPOINTS, keys_query(planned), update)
             stored = yield from self._skeletons(thread_ids)
-            landed = {key_of(s) for s in (*skeletons, *stored)}
-            pending = markers.pending_parents(found, landed, now - STRAY_AGE)
-            planned = set(keys)
-            alive = [s for s in stored if key_of(s) not in planned or key_of(s) in pending]
-            spared = planned & (pending | needed_ancestors(stored, alive))
+            alive = [s for s in stored if key_of(s) not in planned]
+            spared = planned & needed_ancestors(stored, alive)
             if spared:
-                unmark = {"$unset": {DOOMED: ""}}
-                yield from update_many(BLOBS, markers.tombstones_query(spared, token), unmark)
+                mine = {**keys_query(spared), DOOMED: token}
+                yield from update_many(CHECKPOINTS, mine, tombstones.UNTOMBSTONE)
             gone = planned - spared
             survivors = [s for s in stored if key_of(s) not in gone]
             unused = needed_values(s for s in doomed if key_of(s) in gone)
@@ -584,38 +556,30 @@ class CheckpointOperations:
                 if unused:
                     yield from update_many(BLOBS, blob_keys_query(unused), mark)
                 yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids, token, _now() - STRAY_AGE)
+        yield from self._delete_unneeded(thread_ids)
 
-    def _delete_unneeded(
-        self, thread_ids: Iterable[str], token: ObjectId, since: datetime
-    ) -> Operation[None]:
+    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
         """Delete the writes and values that no checkpoint needs, read now: the marked ones
         (of this call, or of an earlier call that was cut, in any thread) and, in
         ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
         and never retried). Parts of such documents go too, and so do old parts that
-        their head does not join (``payload.stray_parts``). Markers that protect nothing
-        go last (``markers.obsolete_query``; older than ``since`` counts as obsolete)."""
+        their head does not join (``payload.stray_parts``)."""
         threads = set(thread_ids)
         cutoff = ObjectId.from_datetime(_now() - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
-        query = {"$or": [{DOOMED: {"$exists": True}}, {"thread_id": {"$in": sorted(threads)}}]}
+        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
         found: dict[str, builtins.list[Document]] = {}
         stray: set[Any] = set()
-        marks: builtins.list[Document] = []
         for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
-            projection = _fields((*fields, "part", "vid", DOOMED, "at"))
+            projection = _fields((*fields, "part", "vid", DOOMED))
             docs = yield from find(collection, query, projection=projection)
-            if collection == BLOBS:
-                marks = [d for d in docs if markers.is_marker(d)]
-                docs = [d for d in docs if not markers.is_marker(d)]
             found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
             # Parts no head joins, judged against every head of the threads.
             own = [d for d in docs if d["thread_id"] in threads]
             stray.update(stray_parts(own, fields, headless=True))
-        if not any(found.values()) and not marks:
+        if not any(found.values()):
             return
-        owners = {d["thread_id"] for ds in (*found.values(), marks) for d in ds}
-        current = yield from self._skeletons(owners)
+        current = yield from self._skeletons({d["thread_id"] for ds in found.values() for d in ds})
         needed = {
             WRITES: {key_of(s) for s in current},
             BLOBS: needed_values(current),
@@ -629,14 +593,10 @@ class CheckpointOperations:
                 or (d["_id"] in stray and _older(d, cutoff))
             }
             if ids:
-                threads_of = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
+                owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
                 yield from delete_many(
-                    collection, {"thread_id": {"$in": threads_of}, "_id": {"$in": sorted(ids)}}
+                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
                 )
-        stored = {key_of(s) for s in current}
-        obsolete = markers.obsolete_query(marks, stored, token, since, _now())
-        if obsolete is not None:
-            yield from delete_many(BLOBS, obsolete)
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
@@ -683,7 +643,10 @@ def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[N
 
 
 def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
-    doc = {k: v for k, v in doc.items() if k != "_id"}
+    dropped = {"_id"}
+    if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
+        dropped |= {tombstones.DOOMED, tombstones.DOOMED_AT}
+    doc = {k: v for k, v in doc.items() if k not in dropped}
     doc["thread_id"] = target
     if collection == BLOBS:
         doc["join"] = blob_join(*key_of(doc, BLOB_KEY))

@@ -82,8 +82,8 @@ def history_rows(
 ) -> list[HistoryRow]:
     """A row per checkpoint document, in the given order. ``bytes``: the checkpoint
     document, its pending writes and the channel values it stored first (those its
-    parent does not name) and its registration (``markers``)."""
-    blob_bytes: dict[tuple[Any, ...], int] = {}
+    parent does not name)."""
+    blob_bytes: dict[Key, int] = {}
     for doc in blobs:
         key = key_of(doc, BLOB_KEY)
         blob_bytes[key] = blob_bytes.get(key, 0) + document_size(doc)
@@ -101,7 +101,6 @@ def history_rows(
         parent = doc.get("parent_checkpoint_id")
         inherited = refs.get((key[0], key[1], parent), set()) if parent else set()
         stored_first = sum(blob_bytes.get(ref, 0) for ref in refs[key] - inherited)
-        marker = blob_bytes.get((key[0], key[1], None, key[2]), 0)  # its registration
         metadata = serde.loads_typed(_typed(doc["metadata_typed"]))
         checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
         rows.append(
@@ -113,7 +112,7 @@ def history_rows(
                 next=next_nodes(checkpoint, stored_channels(doc)),
                 writes=write_count.get(key, 0),
                 parent_id=parent,
-                bytes=document_size(doc) + write_bytes.get(key, 0) + stored_first + marker,
+                bytes=document_size(doc) + write_bytes.get(key, 0) + stored_first,
             )
         )
     return rows

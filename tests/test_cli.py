@@ -386,8 +386,7 @@ def test_delete_asks_first_and_dry_run_changes_nothing(fresh: Written) -> None:
     before = fresh.stored("chat-bob")
     dry = fresh.json("delete", "chat-bob", "--dry-run")
     assert dry["dry_run"] is True
-    # "values": the checkpoint_blobs documents, the latest checkpoint's registration too.
-    assert dry["documents"] == {"checkpoints": 3, "values": 5, "writes": 3}
+    assert dry["documents"] == {"checkpoints": 3, "values": 4, "writes": 3}
     assert sum(dry["documents"].values()) == before[0]
     refused = fresh.invoke("delete", "chat-bob", input="n\n")
     assert refused.exit_code == 1 and "Delete 1 threads (3 checkpoints)?" in refused.output

@@ -46,8 +46,6 @@ async def as_version_1(run: Api) -> None:
     for logical in (BLOBS, WRITES):
         name = run.saver.layout.by_logical()[logical]
         await maybe_await(db[name].update_many({}, {"$unset": {"join": ""}}))
-    blobs = db[run.saver.layout.blobs]
-    await maybe_await(blobs.delete_many({"channel": None}))  # nor markers
     await set_version(run.saver, saver_key("checkpoints"), None)
 
 
