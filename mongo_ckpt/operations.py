@@ -415,7 +415,7 @@ class CheckpointOperations:
         # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
         keep = needed_ancestors(skeletons, survivors)
         doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
-        yield from self._delete_checkpoints(threads, skeletons, doomed)
+        yield from self._delete_checkpoints(threads, doomed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
@@ -462,8 +462,8 @@ class CheckpointOperations:
             threads = {"thread_id": {"$in": ids}}
             yield from self._delete(threads, threads, threads)
             return
-        skeletons, doomed = yield from self.prune_plan(ids)
-        yield from self._delete_checkpoints(ids, skeletons, doomed)
+        _, doomed = yield from self.prune_plan(ids)
+        yield from self._delete_checkpoints(ids, doomed)
 
     def prune_plan(
         self, thread_ids: Sequence[str]
@@ -514,18 +514,15 @@ class CheckpointOperations:
         return (yield from find(CHECKPOINTS, query, projection=SKELETON))
 
     def _delete_checkpoints(
-        self,
-        thread_ids: Sequence[str],
-        skeletons: Sequence[Mapping[str, Any]],
-        doomed: Sequence[Mapping[str, Any]],
+        self, thread_ids: Sequence[str], doomed: Sequence[Mapping[str, Any]]
     ) -> Operation[None]:
         """Delete ``doomed`` checkpoints, their writes, and the values only they need.
 
         Each step is safe to cut and retry:
 
-        1. tombstone the doomed checkpoints, then read the threads' checkpoints again: one
-           stored since ``skeletons`` was read is a survivor, and the doomed ones it (or
-           any survivor) rebuilds DeltaChannels from are spared. A put that comes after
+        1. tombstone the doomed checkpoints (chosen from an earlier read), then read the
+           threads' checkpoints again: one stored since is a survivor, and the doomed ones
+           it (or any survivor) rebuilds DeltaChannels from are spared. A put that comes after
            the tombstones finds its parent tombstoned and takes its checkpoint back
            (``tombstones``), so no checkpoint is stored on a parent about to go;
         2. mark the writes of the checkpoints still doomed, and the value versions that
