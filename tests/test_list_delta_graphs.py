@@ -81,7 +81,7 @@ async def test_run_continues_after_delete(api: Api, monkeypatch: pytest.MonkeyPa
     builder = StateGraph(MessagesState).add_node("first", first).add_node("deleting", deleting)
     graph = api.compile(builder.add_edge(START, "first").add_edge("first", "deleting"))
     await say(api, api.compile(chat()), "doomed", "a", "b", "c")
-    # The next checkpoint would name list-delta bases that went with the thread: refused.
+    # Its parent (and the list-delta bases it would name) went with the thread: refused.
     with pytest.raises(StaleParentError) as raised:
         await api.invoke(graph, {"messages": [HumanMessage("d", id="h-d")]}, thread("doomed"))
     assert raised.value.thread_id == "doomed"
