@@ -19,7 +19,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
-from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import schema, tombstones
 from mongo_ckpt.calls import (
@@ -607,15 +606,15 @@ def _fields(names: Iterable[str]) -> dict[str, int]:
 
 def _write_values(
     collection: str, key_fields: tuple[str, ...], writes: ValueWrites
-) -> Operation[BulkWriteResult]:
+) -> Operation[None]:
     """Write values in one ordered bulk write, so each head lands after its parts.
 
     Values in several parts then cost one ``find`` of their part ids, and parts left by a
     cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
     """
-    result = yield from bulk_write(collection, writes.requests, ordered=True)
+    yield from bulk_write(collection, writes.requests, ordered=True)
     if not writes.multipart:
-        return result
+        return
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
     docs = yield from find(collection, query, projection=projection)
@@ -623,7 +622,6 @@ def _write_values(
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
-    return result
 
 
 def _now() -> datetime:
