@@ -491,11 +491,11 @@ class CheckpointOperations:
             threads_query = {"thread_id": {"$in": expired}}
             yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
             recent = {**threads_query, "created_at": {"$gte": cutoff}}
-            active = yield from distinct(CHECKPOINTS, "thread_id", recent)
+            active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
             if active:
                 spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
                 yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
-                expired = [t for t in expired if t not in set(active)]
+                expired = [t for t in expired if t not in active]
         self.deltas.forget(expired)
         if expired:
             # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
