@@ -20,7 +20,16 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pymongo import DeleteMany, DeleteOne, IndexModel, InsertOne, ReplaceOne, UpdateMany, UpdateOne
+from pymongo import (
+    DeleteMany,
+    DeleteOne,
+    IndexModel,
+    InsertOne,
+    ReplaceOne,
+    ReturnDocument,
+    UpdateMany,
+    UpdateOne,
+)
 from pymongo.operations import SearchIndexModel
 from pymongo.results import BulkWriteResult, DeleteResult, UpdateResult
 
@@ -117,6 +126,15 @@ def next_batch(
 def find_one(collection: str, filter: Mapping[str, Any]) -> Calling[Document | None]:
     """``collection.find_one(filter)``."""
     return (yield Call(collection, "find_one", (filter,)))
+
+
+def find_one_and_update(
+    collection: str, filter: Mapping[str, Any], update: Mapping[str, Any], *, upsert: bool
+) -> Calling[Document | None]:
+    """``collection.find_one_and_update(filter, update, upsert=upsert,
+    return_document=ReturnDocument.AFTER)``: the document as updated."""
+    options = {"upsert": upsert, "return_document": ReturnDocument.AFTER}
+    return (yield Call(collection, "find_one_and_update", (filter, update), options))
 
 
 def count_documents(

@@ -72,6 +72,12 @@ class Api(AwaitableMethods):
         saver = type(self.saver)(self.saver.client, db_name or self.saver.db.name, **saver_options)
         return Api(saver)
 
+    async def run(self, operation: Any) -> Any:
+        """Run a ``calls`` operation through the saver's own driver."""
+        if self.is_async:
+            return await self.saver._arun(operation)
+        return self.saver._run(operation)
+
     async def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple]:
         """What the saver lists for ``config``, newest first."""
         return [item async for item in self.stream(config, **kwargs)]
