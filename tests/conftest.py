@@ -70,11 +70,23 @@ def pytest_sessionstart(session: Any) -> None:
         client.close()
 
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="the exhaustive tier: also run the tests marked exhaustive (long runs)",
+    )
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
+    long = pytest.mark.skip(reason="exhaustive tier: runs with --full (as .ci/run does)")
+    full = config.getoption("--full")
     for item in items:
         if "mongodb" in item.keywords and not MONGODB_URI:
             item.add_marker(skip)
+        if "exhaustive" in item.keywords and not full:
+            item.add_marker(long)
 
 
 @pytest.fixture(scope="session", autouse=True)

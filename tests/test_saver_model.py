@@ -1,0 +1,448 @@
+"""Model-based test: the saver against ``InMemorySaver`` fed the same operations.
+
+A Hypothesis state machine drives a real LangGraph graph (an ``add_messages`` list
+channel, so list deltas are exercised, and a counter) through a ``Tee`` checkpointer:
+reads come from the ``MongoDBSaver`` under test, and every ``put``/``put_writes`` that
+it acknowledges is also given to a reference ``InMemorySaver`` (extended below with
+``copy_thread``, ``prune``, ``delete_for_runs`` and the retention sweep, which it
+lacks). The rules are what a production deployment does: graph turns, forks with
+``update_state`` and new input at an old checkpoint, the same ``put``/``put_writes``
+again, the same ``put`` again with a different value, a new saver instance (cold
+caches), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
+retention sweep from another instance whose clock is off, and a call cut at a
+random step (then sent again, as a client does after a lost reply).
+
+After every rule, every stored checkpoint of every thread reads back equal to the
+reference's, and no checkpoint is visible that the reference does not hold; an
+operation that raises a documented error changes nothing.
+
+Default tier: a short run on mock. Exhaustive tier (``--full``): long runs on mock
+and wire.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Annotated, Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from pymongo.errors import AutoReconnect
+from typing_extensions import TypedDict
+
+import mongo_ckpt
+from mongo_ckpt import MongoDBSaver
+from mongo_ckpt.clock import server_now
+from tests.backends import sync_client
+from tests.clock_skew import skewed_client_clock
+from tests.faults import Fault, Faults
+
+THREADS = ("t0", "t1", "t2")
+TTL = 3600.0
+CLOCK_OFFSETS = [timedelta(hours=-2), timedelta(minutes=-11), timedelta(0),
+                 timedelta(minutes=11), timedelta(hours=2)]
+# Errors a put may raise by contract, having stored nothing readable.
+DOCUMENTED = tuple(
+    getattr(mongo_ckpt, name)
+    for name in ("ConflictingValueError", "StaleParentError")
+    if hasattr(mongo_ckpt, name)
+)
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def _builder() -> StateGraph:
+    def reply(state: State) -> dict[str, Any]:
+        count = len(state.get("messages", []))
+        return {"messages": [AIMessage(f"reply to {count}", id=f"ai-{uuid.uuid4().hex}")]}
+
+    def tally(state: State) -> dict[str, Any]:
+        return {"turns": state.get("turns", 0) + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("reply", reply)
+    builder.add_node("tally", tally)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", "tally")
+    builder.add_edge("tally", END)
+    return builder
+
+
+class Reference(InMemorySaver):
+    """``InMemorySaver`` with the maintenance operations it does not implement, as the
+    base class documents them (no DeltaChannels here: no ancestors need keeping)."""
+
+    def _drop(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        del self.storage[thread_id][ns][checkpoint_id]
+        self.writes.pop((thread_id, ns, checkpoint_id), None)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for thread_id in thread_ids:
+            for ns, checkpoints in list(self.storage.get(thread_id, {}).items()):
+                latest = max(checkpoints, default=None)
+                for checkpoint_id in [c for c in checkpoints if c != latest]:
+                    self._drop(thread_id, ns, checkpoint_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        for thread_id, namespaces in list(self.storage.items()):
+            for ns, checkpoints in list(namespaces.items()):
+                for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
+                    if self.serde.loads_typed(metadata).get("run_id") in runs:
+                        self._drop(thread_id, ns, checkpoint_id)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        for ns, checkpoints in self.storage.get(source_thread_id, {}).items():
+            self.storage[target_thread_id][ns].update(copy.deepcopy(checkpoints))
+        for (thread_id, *rest), writes in list(self.writes.items()):
+            if thread_id == source_thread_id:
+                self.writes[(target_thread_id, *rest)] = copy.deepcopy(writes)  # type: ignore[index]
+        for (thread_id, *rest), blob in list(self.blobs.items()):
+            if thread_id == source_thread_id:
+                self.blobs[(target_thread_id, *rest)] = blob  # type: ignore[index]
+
+
+class Tee(BaseCheckpointSaver[str]):
+    """The graph's checkpointer: reads from the saver under test, writes to it and, once
+    it acknowledged them, to the reference."""
+
+    def __init__(self, machine: SaverModel) -> None:
+        super().__init__()
+        self.machine = machine
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.machine.saver.get_next_version(current, channel)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.machine.saver.get_tuple(config)
+
+    def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        return self.machine.saver.list(config, **kwargs)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        args = copy.deepcopy((config, checkpoint, metadata, new_versions))
+        result = self.machine.send("put", args)
+        self.machine.last_put = args
+        return result
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        args = copy.deepcopy((config, list(writes), task_id, task_path))
+        self.machine.send("put_writes", args)
+        self.machine.last_writes = args
+
+
+class CutFaults(Faults):
+    """``Faults`` whose ``cut`` of a call that is not a bulk write loses its reply instead."""
+
+    def invoke(self, name: str, attr: str, method: Any, args: tuple, kwargs: dict) -> Any:
+        fault = self.fault
+        if fault is not None and fault.mode == "cut" and attr != "bulk_write":
+            fault.mode = "after"
+        return super().invoke(name, attr, method, args, kwargs)
+
+
+class SaverModel(RuleBasedStateMachine):
+    backend = "mock"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = sync_client(self.backend)
+        self.db_name = f"model_{uuid.uuid4().hex[:12]}"
+        self.saver = self._new_saver()
+        self.reference = Reference()
+        self.graph = _builder().compile(checkpointer=Tee(self))
+        self.last_put: tuple[Any, ...] | None = None
+        self.last_writes: tuple[Any, ...] | None = None
+        self.fault: Fault | None = None
+        self.runs: list[str] = []
+        self.copies = 0
+        self.turns = 0
+        self.steps: list[str] = []
+
+    def _new_saver(self) -> MongoDBSaver:
+        return MongoDBSaver(self.client, self.db_name)
+
+    def teardown(self) -> None:
+        self.client.drop_database(self.db_name)
+        self.client.close()
+
+    # -- sending a call to both savers -----------------------------------------
+
+    def send(self, method: str, args: tuple[Any, ...]) -> Any:
+        """``method(*args)`` on the saver (cut once if a fault is armed, then sent again
+        as after a lost reply), then on the reference."""
+        fault, self.fault = self.fault, None
+        if fault is not None:
+            faults = CutFaults(self.saver.collections)
+            faults.arm(fault)
+            try:
+                getattr(self.saver, method)(*copy.deepcopy(args))
+            except AutoReconnect:
+                self.steps.append(f"  {method} cut at call {fault.call} ({fault.mode})")
+            finally:
+                faults.restore()
+            self.check_readable()
+        result = getattr(self.saver, method)(*copy.deepcopy(args))
+        getattr(self.reference, method)(*copy.deepcopy(args))
+        return result
+
+    # -- rules -----------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        self.saver.setup()
+
+    @rule(thread=st.sampled_from(THREADS))
+    def turn(self, thread: str) -> None:
+        self.steps.append(f"turn {thread}")
+        self._invoke({"messages": [HumanMessage(f"u{self.turns}", id=f"u{self.turns}")]},
+                     {"configurable": {"thread_id": thread}})
+
+    def _invoke(self, input: Any, config: RunnableConfig) -> None:
+        self.turns += 1
+        run_id = str(uuid.uuid4())
+        self.runs.append(run_id)
+        self.graph.invoke(input, {**config, "run_id": run_id})
+
+    def _history(self, thread: str) -> list[CheckpointTuple]:
+        return list(self.saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
+
+    @rule(thread=st.sampled_from(THREADS), data=st.data())
+    def fork_with_update_state(self, thread: str, data: st.DataObject) -> None:
+        history = self._history(thread)
+        if not history:
+            return
+        at = data.draw(st.sampled_from(history), label="fork at").config
+        self.steps.append(f"update_state {thread} at {at['configurable']['checkpoint_id']}")
+        message = HumanMessage(f"edit {self.turns}", id=f"edit-{self.turns}")
+        self.turns += 1
+        self.graph.update_state(at, {"messages": [message]})
+
+    @rule(thread=st.sampled_from(THREADS), data=st.data())
+    def new_input_at_old_checkpoint(self, thread: str, data: st.DataObject) -> None:
+        history = self._history(thread)
+        if not history:
+            return
+        at = data.draw(st.sampled_from(history), label="replay from").config
+        self.steps.append(f"input {thread} at {at['configurable']['checkpoint_id']}")
+        self._invoke({"messages": [HumanMessage(f"again {self.turns}")]}, at)
+
+    @precondition(lambda self: self.last_put is not None)
+    @rule()
+    def same_put_again(self) -> None:
+        assert self.last_put is not None
+        self.steps.append("same put again")
+        self.send("put", self.last_put)
+
+    @precondition(lambda self: self.last_writes is not None)
+    @rule()
+    def same_put_writes_again(self) -> None:
+        assert self.last_writes is not None
+        self.steps.append("same put_writes again")
+        self.send("put_writes", self.last_writes)
+
+    @precondition(lambda self: self.last_put is not None)
+    @rule()
+    def same_put_with_a_different_value(self) -> None:
+        assert self.last_put is not None
+        config, checkpoint, metadata, new_versions = copy.deepcopy(self.last_put)
+        values = checkpoint["channel_values"]
+        changed = [ch for ch in new_versions if isinstance(values.get(ch), list) and values[ch]]
+        if not changed:
+            return
+        self.steps.append(f"same put, different value of {changed[0]}")
+        values[changed[0]] = [*values[changed[0]][:-1], HumanMessage("other", id="other")]
+        key = (config["configurable"]["thread_id"], checkpoint["id"])
+        before = self._readable(key[0])
+        try:
+            self.saver.put(config, checkpoint, metadata, new_versions)
+        except DOCUMENTED:
+            assert self._readable(key[0]) == before, "a refused put changed what is stored"
+            return
+        # Accepted: the stored value is the first one (a version names one value), or
+        # the new one; either way the reference must agree, so give it what reads back.
+        stored = self.saver.get_tuple({"configurable": {**config["configurable"],
+                                                        "checkpoint_id": checkpoint["id"]}})
+        assert stored is not None
+        raise AssertionError(
+            "a put with a different value for a stored version was accepted: "
+            f"{stored.checkpoint['channel_values'].get(changed[0])!r}"
+        )
+
+    @rule()
+    def new_saver_instance(self) -> None:
+        self.steps.append("new saver instance")
+        self.saver = self._new_saver()
+
+    @rule(call=st.integers(0, 5), mode=st.sampled_from(["before", "cut", "after"]),
+          k=st.integers(1, 3))
+    def cut_the_next_write(self, call: int, mode: str, k: int) -> None:
+        self.steps.append(f"arm {mode} at call {call} (k={k})")
+        self.fault = Fault(call, mode, k)
+
+    @rule(thread=st.sampled_from(THREADS))
+    def prune_keep_latest(self, thread: str) -> None:
+        self.steps.append(f"prune {thread}")
+        self._maintain("prune", [thread])
+
+    @precondition(lambda self: bool(self.runs))
+    @rule(data=st.data())
+    def delete_for_runs(self, data: st.DataObject) -> None:
+        run = data.draw(st.sampled_from(self.runs[-6:]), label="run")
+        self.steps.append(f"delete_for_runs {run}")
+        self._maintain("delete_for_runs", [run])
+
+    @rule(thread=st.sampled_from(THREADS))
+    def copy_to_a_new_thread(self, thread: str) -> None:
+        target = f"copy{self.copies}"
+        self.copies += 1
+        self.steps.append(f"copy_thread {thread} -> {target}")
+        self._maintain("copy_thread", thread, target)
+
+    @rule(thread=st.sampled_from(THREADS))
+    def delete_thread(self, thread: str) -> None:
+        self.steps.append(f"delete_thread {thread}")
+        self._maintain("delete_thread", thread)
+
+    def _maintain(self, method: str, *args: Any) -> None:
+        """``method`` on the saver (cut first if a fault is armed, then called again) and
+        on the reference."""
+        fault, self.fault = self.fault, None
+        if fault is not None:
+            faults = CutFaults(self.saver.collections)
+            faults.arm(fault)
+            try:
+                getattr(self.saver, method)(*args)
+            except AutoReconnect:
+                self.steps.append(f"  {method} cut at call {fault.call} ({fault.mode})")
+            finally:
+                faults.restore()
+            self.check_readable()
+        getattr(self.saver, method)(*args)
+        getattr(self.reference, method)(*args)
+
+    @rule(thread=st.sampled_from(THREADS), offset=st.sampled_from(CLOCK_OFFSETS),
+          idle=st.booleans())
+    def retention_sweep_from_a_skewed_client(
+        self, thread: str, offset: timedelta, idle: bool
+    ) -> None:
+        """Another instance (ttl 1 h, its clock ``offset`` off) sweeps; ``thread`` was idle
+        for 2 h by the server's clock when ``idle``, else every thread is fresh."""
+        self.steps.append(f"sweep, client clock {offset}, {thread} idle: {idle}")
+        checkpoints = self.saver.collections["checkpoints"]
+        if idle:
+            now = self.saver._run(server_now())
+            checkpoints.update_many(
+                {"thread_id": thread}, {"$set": {"created_at": now - timedelta(hours=2)}}
+            )
+        sweeper = MongoDBSaver(self.client, self.db_name, ttl=TTL)
+        with skewed_client_clock(offset):
+            swept = set(sweeper.sweep_expired())
+        expected = {thread} if idle and self.reference.storage.get(thread) else set()
+        assert swept == expected, f"swept {swept}, expected {expected}"
+        for swept_thread in swept:
+            self.reference.delete_thread(swept_thread)
+
+    # -- the invariant ---------------------------------------------------------
+
+    def _threads(self) -> list[str]:
+        stored = self.saver.collections["checkpoints"].distinct("thread_id")
+        return sorted(set(stored) | set(self.reference.storage))
+
+    def _readable(self, thread: str) -> dict[tuple[str, str], Any]:
+        return {
+            (t.config["configurable"]["checkpoint_ns"], t.config["configurable"]["checkpoint_id"]):
+                _comparable(t)
+            for t in self.saver.list({"configurable": {"thread_id": thread}})
+        }
+
+    def check_readable(self) -> None:
+        """Every visible checkpoint reads back whole (after a cut, before the retry)."""
+        for thread in self._threads():
+            self._readable(thread)
+
+    @invariant()
+    def every_checkpoint_reads_back_as_the_reference(self) -> None:
+        for thread in self._threads():
+            ours = self._readable(thread)
+            theirs = {
+                (t.config["configurable"]["checkpoint_ns"],
+                 t.config["configurable"]["checkpoint_id"]): _comparable(t)
+                for t in self.reference.list({"configurable": {"thread_id": thread}})
+            }
+            assert ours.keys() == theirs.keys(), (
+                f"thread {thread}: stored {sorted(ours)} != reference {sorted(theirs)}\n"
+                + "\n".join(self.steps)
+            )
+            for key in ours:
+                assert ours[key] == theirs[key], (
+                    f"thread {thread} checkpoint {key} differs\n" + "\n".join(self.steps)
+                )
+
+
+def _comparable(item: CheckpointTuple) -> Any:
+    checkpoint = dict(item.checkpoint)
+    parent = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    return (checkpoint, item.metadata, parent, sorted(item.pending_writes, key=repr))
+
+
+def _run(backend: str, examples: int, steps: int) -> None:
+    machine = type(f"SaverModel_{backend}", (SaverModel,), {"backend": backend})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+
+
+def test_saver_matches_in_memory_saver() -> None:
+    _run("mock", examples=12, steps=25)
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("backend", ["mock", "wire"])
+def test_saver_matches_in_memory_saver_long(backend: str) -> None:
+    _run(backend, examples=120 if backend == "mock" else 30, steps=40)
