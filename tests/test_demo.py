@@ -208,8 +208,13 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = [line for line in ci if line.startswith("python ")]
-    assert steps == ["python -m pip install -e '.[test,bench]'", "python -m pytest -q"]
-    assert commands[1].endswith(steps[-1])
+    # The README's test command, then the exhaustive tier.
+    assert steps == [
+        "python -m pip install -e '.[test,bench]'",
+        "python -m pytest -q",
+        "python -m pytest -q --full -m exhaustive",
+    ]
+    assert commands[1].endswith(steps[1])
 
 
 async def test_readme_quickstart_runs_on_a_server() -> None:
