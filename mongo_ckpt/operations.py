@@ -200,7 +200,7 @@ class CheckpointOperations:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
                     f"{where} needs its layout upgraded from version 1 to "
-                    f"{schema.SAVER_SCHEMA_VERSION}, which rewrites more than {upgrade_limit} "
+                    f"{schema.SAVER_SETUP_VERSION}, which rewrites more than {upgrade_limit} "
                     f"documents, too many for setup(): run `{command}` (or "
                     "saver.setup(upgrade_limit=None)) once, then start the application"
                 )

@@ -105,7 +105,7 @@ async def check_too_big_upgrade_names_the_command(run: Api) -> None:
     with pytest.raises(SchemaUpgradeRequired) as raised:
         await maybe_await(later.saver.setup(upgrade_limit=before - 1))
     assert f"`mongo-ckpt upgrade --db {run.saver.db.name}`" in str(raised.value)
-    assert f"from version 1 to {SAVER_SCHEMA_VERSION}" in str(raised.value)
+    assert f"from version 1 to {SAVER_SETUP_VERSION}" in str(raised.value)
     # Nothing was changed, and the version is still unrecorded.
     assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == before
     assert await schema_doc(run.saver, saver_key("checkpoints")) is None
