@@ -38,10 +38,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mongo_ckpt.calls import Operation, find_one, update_one
+from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
+from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 from mongo_ckpt.layout import Layout
 
-SCHEMA_COLLECTION = "mongo_ckpt_schema"
-SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
 SAVER_SCHEMA_VERSION = 4
 # The highest saver version ``setup()`` raises existing data to by itself: a release
 # that reads version 3 may still be running beside this one and would misread a list delta.
