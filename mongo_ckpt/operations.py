@@ -125,11 +125,9 @@ class CheckpointOperations:
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
-    def _schema_where(self, db_name: str) -> tuple[str, str]:
-        """The saver's schema document id, and how errors name its collections."""
-        names = ", ".join(self.layout.by_logical().values())
-        where = f"database {db_name!r} (collections {names})"
-        return schema.saver_key(self.layout.checkpoints), where
+    def _where(self, db_name: str) -> str:
+        """How errors name the saver's collections."""
+        return f"database {db_name!r} (collections {', '.join(self.layout.by_logical().values())})"
 
     def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
         """Check the recorded layout version; upgrade and record it when older, up to
@@ -140,7 +138,7 @@ class CheckpointOperations:
         langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
         Notes in ``deltas`` whether the recorded version allows list deltas.
         """
-        key, where = self._schema_where(db_name)
+        key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
             self.deltas.note_layout(found >= schema.LIST_DELTAS_VERSION)
@@ -171,14 +169,14 @@ class CheckpointOperations:
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
         deltas, so they are written from now on."""
-        key, _ = self._schema_where("")
+        key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
         self.deltas.note_layout(True)
 
     def recheck_layout(self, db_name: str) -> Operation[None]:
         """Read the recorded layout version again: another process may have upgraded it."""
-        key, where = self._schema_where(db_name)
-        found = yield from schema.read(key, where)
+        key = schema.saver_key(self.layout.checkpoints)
+        found = yield from schema.read(key, self._where(db_name))
         self.deltas.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
 
     def create_indexes(self) -> Operation[None]:

@@ -169,7 +169,9 @@ class MongoStoreBase(BaseStore):
 
     def setup(self) -> None:
         """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
-        on new collections create the indexes and record the version; where Atlas Vector
+        on new collections refuse another layout (``ForeignCollectionError``: the
+        checkpointer's, langgraph-store-mongodb's; nothing written), then create the indexes
+        and record the version; where Atlas Vector
         Search exists, create the vector index (idempotent; also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False

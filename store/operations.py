@@ -120,9 +120,10 @@ class StoreOperations:
     # -- setup ----------------------------------------------------------------
 
     def setup(self, db_name: str, collection_name: str) -> Operation[None]:
-        """The layout version check (one round trip when current; on new collections the
-        indexes, then the version recorded) and, unless known already, the vector index
-        where Atlas has one."""
+        """The layout version check (one round trip when current; on new collections a
+        look for another layout, refused with ``ForeignCollectionError``, then the indexes
+        and the version recorded) and, unless known already, the vector index where Atlas
+        has one."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         if (yield from schema.read(key, where)) != schema.STORE_SCHEMA_VERSION:
