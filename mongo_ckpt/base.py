@@ -83,9 +83,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             ``min(ttl, 3600)``); reads never sweep.
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
-        list_deltas: store a new version of a list (or tuple) channel value as its
-            difference from an earlier version this saver wrote on the thread
-            (docs/architecture.md, "List deltas"); ``False`` stores every version whole.
+        list_deltas: store a new version of a list channel value as its difference
+            from an earlier version this saver wrote on the thread (docs/architecture.md,
+            "List deltas"), once the database records that every writer reads them (a new
+            database, or after ``upgrade()``); ``False`` stores every version whole.
         tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
             traced when a global tracer provider is set (see docs/observability.md).
         """
@@ -182,10 +183,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return (yield from operation)
 
     def _setup_once(self) -> Operation[None]:
-        """The layout version check (with indexes and upgrades), unless done already."""
+        """The layout version check (with indexes and upgrades), unless done already; while
+        the database does not allow list deltas yet, the version is read again at most once
+        a minute, so an upgrade run elsewhere takes effect without a restart."""
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
+        elif self.list_deltas.recheck_due():
+            yield from self.ops.recheck_layout(self.db.name)
 
     def _require_ttl(self) -> float:
         if self.ttl is None:
@@ -210,7 +215,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
         """Check the layout version and, for new or older collections, create the indexes,
         upgrade the documents in place and record the version (idempotent; also done on
-        first use). One round trip when the version is current.
+        first use). One round trip when nothing is to upgrade. A new, empty database gets
+        the current version; existing data at most version 3, which releases before list
+        deltas read too: list deltas wait for ``upgrade()``.
 
         Raises ``SchemaTooNewError`` for data of a newer mongo-ckpt, and
         ``SchemaUpgradeRequired`` when an upgrade would rewrite more than ``upgrade_limit``
@@ -221,6 +228,19 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._upgrade_limit = upgrade_limit
         try:
             self._run(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
+
+    def upgrade(self) -> None:
+        """Upgrade the layout to this release's version, however many documents that
+        rewrites, and record that every writer reads list deltas: this saver writes them
+        at once, other savers of this release within a minute, and releases that do not
+        read them refuse the database at setup. Run it (or ``mongo-ckpt upgrade``) once no
+        process of such a release is left (docs/operations.md). Idempotent."""
+        self._is_setup = False
+        self._upgrade_limit = None
+        try:
+            self._run(self.ops.upgrade())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -301,6 +321,15 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._upgrade_limit = upgrade_limit
         try:
             await self._arun(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
+
+    async def aupgrade(self) -> None:
+        """Async ``upgrade``."""
+        self._is_setup = False
+        self._upgrade_limit = None
+        try:
+            await self._arun(self.ops.upgrade())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 

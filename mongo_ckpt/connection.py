@@ -14,6 +14,7 @@ from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
 from mongo_ckpt.drivers import run_on_loop
+from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 T = TypeVar("T")
 
@@ -113,10 +114,20 @@ def _client_kwargs(
 
 def adopt_client(owner: Any, client: Any) -> None:
     """Called first by the saver and store constructors: check ``client`` against the
-    owner's ``client_mode`` and let an async owner note the running loop."""
+    owner's ``client_mode``, let an async owner note the running loop, and make a
+    mongomock client (or mongomock-motor's) accept what PyMongo sends it."""
     adopt = getattr(owner, "_adopt_client", None)
     if adopt is not None:
         adopt(client)
+    if _is_mongomock(client):
+        patch_mongomock_bulk()
+
+
+def _is_mongomock(client: Any) -> bool:
+    return any(
+        klass.__module__.split(".")[0] in ("mongomock", "mongomock_motor")
+        for klass in type(client).__mro__
+    )
 
 
 class ClientOwner:

@@ -8,7 +8,8 @@ from typing import Any
 def patch_mongomock_bulk() -> None:
     """Let mongomock 4.3 accept the ``sort=`` that PyMongo >= 4.11 passes to bulk updates.
 
-    Touches mongomock only; the library itself speaks plain PyMongo.
+    Touches mongomock only; the library itself speaks plain PyMongo. Idempotent; the
+    saver and store constructors run it when they adopt a mongomock client.
     """
     import mongomock.collection
 

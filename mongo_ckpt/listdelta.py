@@ -10,6 +10,10 @@ a row for a channel (k = 0 is a whole value) is based on version ``k & (k - 1)``
 reading version k touches ``popcount(k) + 1`` documents (at most ``log2(k) + 2``)
 and every element is stored O(log n) times.
 
+Deltas are written only while the database records layout version 4 (``enabled``:
+wanted by the saver and allowed by the recorded version), so a process of a release
+before them never reads a tail as the whole list (``schema``, ``saver.upgrade``).
+
 Invariants that keep a base alive:
 
 - A checkpoint's ``values`` names every version its value is rebuilt from: the
@@ -30,6 +34,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -41,6 +46,9 @@ from mongo_ckpt.payload import digest
 CACHED_THREADS = 256
 # Checkpoints whose ``values`` (with bases) one saver instance remembers.
 CACHED_CHECKPOINTS = 4096
+# While the database does not allow deltas, how often a saver reads its layout version
+# again, so an upgrade by another process takes effect without a restart.
+LAYOUT_RECHECK_SECONDS = 60.0
 
 
 def fenwick_base(k: int) -> int:
@@ -156,10 +164,30 @@ class ListDeltas:
     """
 
     def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+        self.wanted = enabled
+        # Whether the database records that every writer reads deltas; unknown (no) until
+        # setup has read its layout version.
+        self.allowed = False
+        self._next_check = 0.0
         self._lock = threading.Lock()
         self._heads = _Lru(CACHED_THREADS)
         self._seen = _Lru(CACHED_CHECKPOINTS)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether new list values are written as deltas: wanted by the saver and allowed
+        by the database's recorded layout version."""
+        return self.wanted and self.allowed
+
+    def note_layout(self, allowed: bool) -> None:
+        """The layout version was read: whether it allows deltas."""
+        self.allowed = allowed
+        self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
+
+    def recheck_due(self) -> bool:
+        """Whether to read the layout version again: deltas are wanted, not yet allowed,
+        and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        return self.wanted and not self.allowed and monotonic() >= self._next_check
 
     def known_chains(self, key: tuple[str, str, str]) -> dict[str, list[Any]] | None:
         """The chains the checkpoint ``key`` names, if this instance has seen it."""

@@ -125,18 +125,23 @@ class CheckpointOperations:
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
-    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
-        """Check the recorded layout version; upgrade and record it when older.
+    def _where(self, db_name: str) -> str:
+        """How errors name the saver's collections."""
+        return f"database {db_name!r} (collections {', '.join(self.layout.by_logical().values())})"
 
-        One round trip when the version is current. Unversioned collections are new
+    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
+        """Check the recorded layout version; upgrade and record it when older, up to
+        ``schema.SAVER_SETUP_VERSION`` (a new, empty database gets the current version).
+
+        One round trip when nothing is to upgrade. Unversioned collections are new
         (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
         langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
+        Notes in ``deltas`` whether the recorded version allows list deltas.
         """
-        key = schema.saver_key(self.layout.checkpoints)
-        names = ", ".join(self.layout.by_logical().values())
-        where = f"database {db_name!r} (collections {names})"
+        key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
-        if found == schema.SAVER_SCHEMA_VERSION:
+        if found is not None and found >= schema.SAVER_SETUP_VERSION:
+            self.deltas.note_layout(found >= schema.LIST_DELTAS_VERSION)
             return
         if found is None:
             sample = yield from find(
@@ -157,7 +162,22 @@ class CheckpointOperations:
         yield from self.create_indexes()
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
-        yield from schema.record(key, self.layout.by_logical())
+        recorded = max(found, schema.SAVER_SETUP_VERSION)
+        yield from schema.record(key, self.layout.by_logical(), recorded)
+        self.deltas.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
+
+    def upgrade(self) -> Operation[None]:
+        """Record the current layout version (after ``setup``): every writer reads list
+        deltas, so they are written from now on."""
+        key = schema.saver_key(self.layout.checkpoints)
+        yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
+        self.deltas.note_layout(True)
+
+    def recheck_layout(self, db_name: str) -> Operation[None]:
+        """Read the recorded layout version again: another process may have upgraded it."""
+        key = schema.saver_key(self.layout.checkpoints)
+        found = yield from schema.read(key, self._where(db_name))
+        self.deltas.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -178,7 +198,7 @@ class CheckpointOperations:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
                     f"{where} needs its layout upgraded from version 1 to "
-                    f"{schema.SAVER_SCHEMA_VERSION}, which rewrites more than {upgrade_limit} "
+                    f"{schema.SAVER_SETUP_VERSION}, which rewrites more than {upgrade_limit} "
                     f"documents, too many for setup(): run `{command}` (or "
                     "saver.setup(upgrade_limit=None)) once, then start the application"
                 )

@@ -569,6 +569,15 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     newer = fresh.invoke("doctor")
     assert newer.exit_code == 1
     assert "pip install -U mongo-ckpt" in newer.output
+    versions.update_one(key, {"$set": {"version": 3}})
+    pending = schema()
+    assert pending["status"] == "warn"
+    assert pending["detail"] == "version 3: list deltas are off until the upgrade step"
+    assert pending["fix"] == (
+        "once no process of an earlier mongo-ckpt release is left, run "
+        f"`mongo-ckpt upgrade --db {fresh.db}`"
+    )
+    assert fresh.invoke("doctor").exit_code == 0
     versions.update_one(key, {"$set": {"version": 1}})
     older = schema()
     assert older["status"] == "fail"

@@ -193,16 +193,19 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     help=(
         "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
         "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
-        "names this command). Idempotent; stop the applications that write first."
+        "names this command), and record that every writer reads list deltas: savers of "
+        "this release write them from then on (within a minute, without a restart), and "
+        "releases before them refuse the database. Run it once no process of an earlier "
+        "release is left (after a rolling upgrade). Idempotent."
     ),
 )
 @target_options
 def upgrade(target: Target) -> int:
-    """Run ``saver.setup(upgrade_limit=None)`` and report the versions."""
+    """Run ``saver.upgrade()`` and report the versions."""
     key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        saver_on(client, target).setup(upgrade_limit=None)
+        saver_on(client, target).upgrade()
         after = read_version(client[target.db], key)
     if target.json:
         click.echo(json.dumps({"db": target.db, "before": before, "after": after}))

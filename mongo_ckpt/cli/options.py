@@ -20,11 +20,12 @@ from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
-from mongo_ckpt.layout import Layout
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.saver import MongoDBSaver
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+OPTIONS = {CHECKPOINTS: "--checkpoints", BLOBS: "--blobs", WRITES: "--writes"}
 
 
 @dataclass
@@ -84,7 +85,11 @@ def target_options(command: F) -> F:
         as_json: bool,
         **kwargs: Any,
     ) -> Any:
-        target = Target(uri or None, db, Layout(checkpoints, blobs, writes), as_json)
+        try:
+            layout = Layout(checkpoints, blobs, writes)
+        except CollectionNameClash as exc:
+            raise click.UsageError(exc.describe(OPTIONS)) from None
+        target = Target(uri or None, db, layout, as_json)
         return command(*args, target=target, **kwargs)
 
     for option in reversed(options):
