@@ -81,7 +81,13 @@ class MongoCacheBase(BaseCache[ValueT]):
         return cls._sharing(store, cls._store_type, "store", kwargs)
 
     @classmethod
-    def _sharing(cls, owner: Any, expected: type, kind: str, kwargs: dict[str, Any]) -> Self:
+    def _sharing(
+        cls,
+        owner: Any,
+        expected: type[MongoSaverBase] | type[MongoStoreBase],
+        kind: str,
+        kwargs: dict[str, Any],
+    ) -> Self:
         if not isinstance(owner, expected):
             raise TypeError(
                 f"{cls.__name__}.from_{kind} expects {expected.__name__}, got "
