@@ -105,6 +105,8 @@ class MongoCacheBase(BaseCache[ValueT]):
         async def _arun(self, operation: Operation[T]) -> T: ...
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
+        # What the drivers call; each public method has prepared its operation already
+        # (``_operation``), naming its span itself.
         return operation
 
     def _operation(self, name: str, operation: Operation[T]) -> Operation[T]:
