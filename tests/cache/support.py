@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import bson
+
 from mongo_ckpt.cache import AsyncMongoDBCache, MongoDBCache
 from mongo_ckpt.cache.operations import CACHE
-from tests.backends import Target
+from tests.backends import Target, maybe_await
 from tests.saver_support import AwaitableMethods
 
 
@@ -25,6 +27,16 @@ class CacheApi(AwaitableMethods):
         """Every stored entry document, bypassing the cache."""
         cursor = self.cache.collections[CACHE].find({})
         return [d async for d in cursor] if self.is_async else list(cursor)
+
+    async def raw_bytes(self) -> bytes:
+        """Every document of every collection in the cache's database, as BSON."""
+        db = self.cache.db
+        chunks = []
+        for name in await maybe_await(db.list_collection_names()):
+            cursor = db[name].find({})
+            docs = [d async for d in cursor] if self.is_async else list(cursor)
+            chunks += [bson.encode(doc) for doc in docs]
+        return b"".join(chunks)
 
 
 def cache_class(target: Target) -> type[MongoDBCache[Any]] | type[AsyncMongoDBCache[Any]]:
