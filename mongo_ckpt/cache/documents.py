@@ -7,10 +7,11 @@ One document per ``(namespace, key)``::
      "encoding": "msgpack", "value": Binary(...), "expires_at": datetime}
 
 ``_id`` is the JSON array of the labels and the key (injective, so one entry per pair and
-a ``get`` is an ``_id`` lookup); ``namespace`` is the array ``clear`` matches, on its own
-index; ``encoding`` and ``value`` are what the cache's ``serde.dumps_typed`` returned
-(``EncryptedSerializer`` encrypts them). ``expires_at`` is in the server's time and is
-absent for an entry set with TTL ``None`` (it never expires).
+a ``get`` is an ``_id`` lookup; the entries of a namespace are a range of ``_id``s, which
+``clear`` reads); ``namespace`` is the array ``clear`` matches exactly; ``encoding`` and
+``value`` are what the cache's ``serde.dumps_typed`` returned (``EncryptedSerializer``
+encrypts them). ``expires_at`` is in the server's time and is absent for an entry set with
+TTL ``None`` (it never expires).
 
 Validation runs over the whole batch before anything is sent: a bad pair raises
 ``CacheInputError`` and nothing is stored.
@@ -136,7 +137,11 @@ def checked_namespaces(namespaces: Any) -> list[Namespace] | None:
 def entry_id(full_key: FullKey) -> str:
     """The ``_id`` of an entry: its labels and key as a JSON array."""
     namespace, key = full_key
-    return json.dumps([*namespace, key], ensure_ascii=False, separators=(",", ":"))
+    return _json([*namespace, key])
+
+
+def _json(labels: list[str]) -> str:
+    return json.dumps(labels, ensure_ascii=False, separators=(",", ":"))
 
 
 def to_bson_time(moment: datetime) -> datetime:
@@ -181,16 +186,24 @@ def live_entries(ids: Sequence[str], now: datetime) -> dict[str, Any]:
 def in_namespaces(namespaces: Sequence[Namespace] | None) -> dict[str, Any]:
     """The entries of exactly these namespaces (every entry for ``None``).
 
-    One equality per namespace under ``$or`` (each an index lookup): ``$in`` of arrays
-    would mean the same on MongoDB, but mongomock matches no whole array with it."""
+    Each namespace is a range of the ``_id`` index (every ``_id`` of the namespace starts
+    with its labels' JSON, ``'["a","b",'``), narrowed to exact equality of ``namespace`` (the
+    range also holds the namespaces under it); one clause per namespace under ``$or``.
+    """
     if namespaces is None:
         return {}
-    return {"$or": [{"namespace": list(namespace)} for namespace in namespaces]}
+    clauses = []
+    for namespace in namespaces:
+        prefix = _json(list(namespace))[:-1] + ","
+        clauses.append(
+            {"_id": {"$gte": prefix, "$lt": prefix[:-1] + "-"}, "namespace": list(namespace)}
+        )
+    return {"$or": clauses}
 
 
 def index_models() -> list[IndexModel]:
+    """The TTL index; ``get`` and ``clear`` are served by the ``_id`` index."""
     return [
-        IndexModel([("namespace", ASCENDING)], name="namespace"),
         # The server's TTL monitor deletes expired entries (about once a minute); reads
         # already skip them.
         IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_at"),

@@ -26,7 +26,7 @@ from langgraph.cache.memory import InMemoryCache
 from tests.backends import TARGETS, Target, aclose, maybe_await, target_params
 from tests.cache.support import CacheApi, Clock, cache_class
 
-NAMESPACES = [("n", "a"), ("n", "b"), ("n",), ("m", "a")]
+NAMESPACES = [("n", "a"), ("n", "b"), ("n",), ("n,a",), ("n-",), ("m", "a")]
 FULL_KEYS = [(ns, k) for ns in NAMESPACES for k in ("k0", "k1")]
 TTLS = [None, 0, 30, 31, 60, 300]
 MOVES = [0, 1, 29, 30, 31, 59, 60, 61, 299, 300]
