@@ -3,6 +3,7 @@ clock, refusals that send nothing, and the client it shares."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -290,3 +291,45 @@ async def test_async_from_conn_string_owns_and_closes_its_client() -> None:
         await cache.client.drop_database("t_cache_auri")
     with pytest.raises(ClientClosedError):
         await cache.aget([(NS, "a")])
+
+
+async def test_spans_name_each_call_and_count_its_round_trips(
+    target: Target, db_name: str
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from mongo_ckpt.telemetry import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client = target.client()
+    try:
+        api = CacheApi(cache_class(target)(client, db_name, tracing=Tracing(provider)))
+        await api.setup()
+        await api.set({key: (1, 60) for key in keys(10)})
+        await api.get(keys(10))
+        await api.clear()
+        spans = {s.name: s.attributes for s in exporter.get_finished_spans()}
+        assert set(spans) == {f"mongo_ckpt.cache.{n}" for n in ("setup", "set", "get", "clear")}
+        assert spans["mongo_ckpt.cache.setup"]["mongo_ckpt.round_trips"] == 2
+        for name in ("set", "get", "clear"):
+            assert spans[f"mongo_ckpt.cache.{name}"]["mongo_ckpt.round_trips"] == 1
+    finally:
+        await maybe_await(client.drop_database(db_name))
+        await aclose(client)
+
+
+async def test_the_async_cache_sync_methods_work_from_another_thread(
+    aclient: Any, db_name: str
+) -> None:
+    cache: AsyncMongoDBCache[Any] = AsyncMongoDBCache(aclient, db_name)
+    await cache.aset({(NS, "a"): ("v", None)})
+    assert await asyncio.to_thread(cache.get, [(NS, "a")]) == {(NS, "a"): "v"}
+    await asyncio.to_thread(cache.set, {(NS, "b"): ("w", 60)})
+    assert await cache.aget([(NS, "b")]) == {(NS, "b"): "w"}
+    with pytest.raises(asyncio.InvalidStateError, match="use the async interface"):
+        cache.get([(NS, "a")])
+    await maybe_await(aclient.drop_database(db_name))
