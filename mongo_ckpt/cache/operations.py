@@ -26,8 +26,8 @@ from mongo_ckpt.calls import Operation, bulk_write, create_indexes, delete_many,
 from mongo_ckpt.clock import server_now
 
 CACHE = "cache"  # logical name of the entries collection in ``cache.collections``
-# How long one reading of the server's clock is trusted (monotonic clocks drift by a
-# few parts per million: well under a millisecond in this time).
+# How long one reading of the server's clock is trusted (a monotonic clock drifts by tens
+# of parts per million at worst: a few milliseconds over this time).
 CLOCK_REFRESH_SECONDS = 300.0
 
 monotonic = time.monotonic  # the elapsed-time source; tests replace it to move time on
@@ -45,10 +45,15 @@ class ServerClock:
         return self._reading is None or monotonic() - self._reading[1] > self.refresh_seconds
 
     def read(self) -> Operation[None]:
-        """Read the server's clock (one round trip), taken as of the middle of the trip."""
+        """Read the server's clock (one round trip).
+
+        The reading is taken as of the moment it was sent: the server read its clock later
+        than that, so the estimate is never behind the server's time (ahead by at most the
+        round trip), and an entry is never served after its ``expires_at`` passed there.
+        """
         sent = monotonic()
         now = yield from server_now()
-        self._reading = (now, (sent + monotonic()) / 2)
+        self._reading = (now, sent)
 
     def now(self) -> Operation[datetime]:
         """The server's time now; reads it first when the last reading is stale."""
