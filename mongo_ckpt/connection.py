@@ -43,6 +43,8 @@ _PARTNERS = {
     "AsyncMongoDBSaver": "MongoDBSaver",
     "MongoDBStore": "AsyncMongoDBStore",
     "AsyncMongoDBStore": "MongoDBStore",
+    "MongoDBCache": "AsyncMongoDBCache",
+    "AsyncMongoDBCache": "MongoDBCache",
 }
 _WANTED = {
     "sync": "a synchronous MongoClient (pymongo.MongoClient or mongomock.MongoClient)",

@@ -97,6 +97,13 @@ def test_demo_runs_in_process_and_says_so(capsys: Any, monkeypatch: Any) -> None
         in long_term
     )
 
+    cached = section(output, 6)
+    assert "AsyncMongoDBCache.from_saver(saver): same client (True)" in cached
+    assert "call 1: 'sunny in Lisbon' (the node ran; its result written to the cache)" in cached
+    assert "call 2: 'sunny in Lisbon' (the node did not run; served from MongoDB)" in cached
+    assert "the node ran 1 time for 2 calls" in cached
+    assert cached.count("node 'forecast', key ") == 1 and "(with expires_at)" in cached
+
 
 def test_demo_says_it_drops_its_database_and_where_its_source_is(
     capsys: Any, monkeypatch: Any
@@ -157,6 +164,7 @@ def test_demo_on_a_server_prints_what_the_server_holds(
             threads = client[db_name]["checkpoints"].distinct("thread_id")
             assert sorted(threads) == ["demo", "demo-other", "memory-1", "memory-2"]
             assert client[db_name]["store"].count_documents({}) == 1
+            assert client[db_name]["cache"].count_documents({}) == 1
         finally:
             client.drop_database(db_name)
 
