@@ -292,6 +292,8 @@ class AsyncDriver:
 
         def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
+        loop: asyncio.AbstractEventLoop | None
+
     _background: asyncio.Task[Any] | None = None
 
     async def _arun(self, operation: Operation[T]) -> T:

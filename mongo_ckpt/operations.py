@@ -686,8 +686,9 @@ class CheckpointOperations:
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                query = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
-                deleted.add(collection, (yield from delete_many(collection, query)).deleted_count)
+                chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                result = yield from delete_many(collection, chosen)
+                deleted.add(collection, result.deleted_count)
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
