@@ -197,6 +197,7 @@ def run_on_loop(
 
 
 _DONE = object()
+_STARTING = threading.Lock()
 
 
 def _stoppable(operation: Operation[T], stopped: Callable[[], bool]) -> Operation[T | None]:
@@ -237,20 +238,22 @@ class SyncDriver:
     def _start_background(self, operation: Operation[Any], what: str) -> None:
         """Run ``operation`` in a daemon thread unless one is running; its error is logged
         on the ``mongo_ckpt`` logger, never raised."""
-        if self._background is not None and self._background.is_alive():
-            operation.close()
-            return
-        stop = self._background_stop = threading.Event()
-        prepared = _stoppable(self._prepared(operation), stop.is_set)
+        with _STARTING:  # puts from several threads: one starts it
+            if self._background is not None and self._background.is_alive():
+                operation.close()
+                return
+            stop = self._background_stop = threading.Event()
+            prepared = _stoppable(self._prepared(operation), stop.is_set)
 
-        def work() -> None:
-            try:
-                run(self.collections, prepared)
-            except Exception:
-                logger.exception("mongo-ckpt %s failed (in the background)", what)
+            def work() -> None:
+                try:
+                    run(self.collections, prepared)
+                except Exception:
+                    logger.exception("mongo-ckpt %s failed (in the background)", what)
 
-        self._background = threading.Thread(target=work, name=f"mongo-ckpt {what}", daemon=True)
-        self._background.start()
+            job = threading.Thread(target=work, name=f"mongo-ckpt {what}", daemon=True)
+            self._background = job
+            job.start()
 
     def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool:
         """Wait for the background operation (stopped at its next call with ``stop``);
