@@ -17,11 +17,13 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from pymongo import MongoClient
 
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.operations import CheckpointOperations
-from tests.backends import maybe_await
+from tests.backends import maybe_await, wire_uri
 from tests.saver_support import Api
 from tests.test_maintenance_clock import drive
 
@@ -64,7 +66,14 @@ async def expired_threads(api: Api, n: int) -> list[str]:
     old = datetime.now(timezone.utc) - timedelta(seconds=2 * TTL)
     ids = [f"idle-{i:03}" for i in range(n)]
     docs = [
-        {"thread_id": t, "checkpoint_ns": "", "checkpoint_id": "1", "created_at": old} for t in ids
+        {
+            "thread_id": t,
+            "checkpoint_ns": "",
+            "checkpoint_id": "1",
+            "created_at": old,
+            "checkpoint": {},
+        }
+        for t in ids
     ]
     await maybe_await(api.raw(CHECKPOINTS).insert_many(docs))
     return ids
@@ -150,3 +159,56 @@ async def test_a_sweep_of_several_batches_deletes_every_expired_thread(api: Api)
     assert swept == ids
     assert max(largest) == 3  # no call carries more ids than a batch
     assert await api.count(CHECKPOINTS) == 1
+
+
+def _records_of_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "mongo_ckpt" and r.levelno >= logging.ERROR]
+
+
+def _expired_on_wire(db_name: str, n: int) -> None:
+    """``n`` expired threads: the sweep is still running when the context exits."""
+    old = datetime.now(timezone.utc) - timedelta(seconds=2 * TTL)
+    docs = [
+        {
+            "thread_id": f"idle-{i:03}",
+            "checkpoint_ns": "",
+            "checkpoint_id": "1",
+            "created_at": old,
+            "checkpoint": {},
+        }
+        for i in range(n)
+    ]
+    MongoClient(wire_uri())[db_name]["checkpoints"].insert_many(docs)
+
+
+def test_leaving_from_conn_string_stops_the_sweep_before_closing_the_client(
+    db_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = generate_config("t")
+    checkpoint = generate_checkpoint(channel_values={"a": "x"}, channel_versions={"a": "1"})
+    _expired_on_wire(db_name, 200)
+    with caplog.at_level(logging.ERROR, logger="mongo_ckpt"):
+        with MongoDBSaver.from_conn_string(wire_uri(), db_name, ttl=TTL) as saver:
+            saver.put(config, checkpoint, generate_metadata(), {"a": "1"})
+            job = saver._background
+            assert job is not None
+        assert not job.is_alive()
+        MongoClient(wire_uri()).drop_database(db_name)
+    # Stopped, not cut by the closed client: nothing failed.
+    assert _records_of_failures(caplog) == []
+
+
+async def test_leaving_async_from_conn_string_stops_the_sweep_before_closing_the_client(
+    db_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = generate_config("t")
+    checkpoint = generate_checkpoint(channel_values={"a": "x"}, channel_versions={"a": "1"})
+    _expired_on_wire(db_name, 200)
+    with caplog.at_level(logging.ERROR, logger="mongo_ckpt"):
+        async with AsyncMongoDBSaver.from_conn_string(wire_uri(), db_name, ttl=TTL) as saver:
+            await saver.aput(config, checkpoint, generate_metadata(), {"a": "1"})
+            task = saver._background
+            assert task is not None
+        assert task.done()
+        MongoClient(wire_uri()).drop_database(db_name)
+    assert _records_of_failures(caplog) == []
