@@ -3,6 +3,7 @@
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.drivers import ClientClosedError
+from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
@@ -17,4 +18,5 @@ __all__ = [
     "SchemaTooNewError",
     "SchemaUpgradeRequired",
     "StaleParentError",
+    "ThreadExistsError",
 ]

@@ -78,9 +78,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
             besides LangGraph's own (source, step, run_id, parents); all keys by default,
             only LangGraph's own when ``serde`` encrypts.
-        sweep_interval: with a ``ttl``, a ``put`` first sweeps expired threads when this
-            many seconds have passed since the last automatic sweep (default:
-            ``min(ttl, 3600)``); reads never sweep.
+        sweep_interval: with a ``ttl``, a ``put`` starts a sweep of expired threads in the
+            background (a daemon thread, or a task on the running loop; one at a time, its
+            errors logged on the ``mongo_ckpt`` logger) when this many seconds have passed
+            since the last automatic sweep (default: ``min(ttl, 3600)``); reads never sweep.
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
         list_deltas: store a new version of a list channel value as its difference
@@ -163,10 +164,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use and, for a ``put`` with a ``ttl``,
-        by a sweep of expired threads at most once per ``sweep_interval`` (reads never
-        sweep); in a span when traced."""
-        prepared = self._with_upkeep(operation)
+        """``operation``, preceded by setup on first use; in a span when traced."""
+        prepared = self._after_setup(operation)
         if self._tracer is None:
             return prepared
         name = operation_name(operation)
@@ -174,13 +173,17 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             f"mongo_ckpt.{_SPAN_NAMES.get(name, name)}", prepared, **_thread_of(operation)
         )
 
-    def _with_upkeep(self, operation: Operation[T]) -> Operation[T]:
+    def _after_setup(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
-        due = time.monotonic() >= self._next_sweep and operation_name(operation) == "put"
-        if self.ttl is not None and due:
-            self._next_sweep = time.monotonic() + self.sweep_interval
-            yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
+
+    def _sweep_if_due(self) -> None:
+        """After a ``put`` with a ``ttl``: start a sweep of expired threads in the
+        background, at most once per ``sweep_interval`` and one at a time (its latency and
+        errors never reach a user's call)."""
+        if self.ttl is not None and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.sweep_interval
+            self._start_background(self.ops.sweep_expired(self.ttl), "sweep of expired threads")
 
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes and upgrades), unless done already; while
@@ -209,6 +212,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         async def _arun(self, operation: Operation[T]) -> T: ...
 
         def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
+
+        def _start_background(self, operation: Operation[Any], what: str) -> None: ...
+
+        def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
+
+        async def _ajoin_background(
+            self, timeout: float | None, *, stop: bool = False
+        ) -> bool: ...
 
     # -- sync API -------------------------------------------------------------
 
@@ -266,8 +277,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint; only the channels in ``new_versions`` get new value documents."""
-        return self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        """Store a checkpoint; only the channels in ``new_versions`` get new value documents.
+
+        With a ``ttl``, it then starts the automatic sweep when one is due (``sweep_interval``),
+        in the background: ``join_sweep`` waits for it."""
+        stored = self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        self._sweep_if_due()
+        return stored
 
     def put_writes(
         self,
@@ -298,8 +314,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return self._run(self.ops.delta_channel_history(config, channels))
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
-        """Delete every thread idle for longer than ``ttl`` seconds; return their ids."""
+        """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
+        in batches; return their ids."""
         return self._run(self.ops.sweep_expired(self._require_ttl()))
+
+    def join_sweep(self, timeout: float | None = None) -> bool:
+        """Wait for the automatic sweep a ``put`` started in the background, if one is
+        running; ``True`` once none is (``False``: ``timeout`` seconds passed first)."""
+        return self._join_background(timeout)
 
     def backfill_join_keys(self) -> int:
         """Add the thread-scoped ``join`` key to value and write documents written by an
@@ -357,7 +379,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async ``put``."""
-        return await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        self._sweep_if_due()
+        return stored
 
     async def aput_writes(
         self,
@@ -394,6 +418,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
         return await self._arun(self.ops.sweep_expired(self._require_ttl()))
+
+    async def ajoin_sweep(self, timeout: float | None = None) -> bool:
+        """Async ``join_sweep``."""
+        return await self._ajoin_background(timeout)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""

@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt.drivers import run_on_loop
+from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 T = TypeVar("T")
@@ -165,7 +165,12 @@ class SyncClientOwner(ClientOwner):
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
         try:
-            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            try:
+                yield owner
+            finally:
+                if isinstance(owner, SyncDriver):  # its background upkeep stops first
+                    owner._join_background(None, stop=True)
         finally:
             client.close()
 
@@ -202,7 +207,12 @@ class AsyncClientOwner(ClientOwner):
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
         try:
-            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            try:
+                yield owner
+            finally:
+                if isinstance(owner, AsyncDriver):  # its background upkeep stops first
+                    await owner._ajoin_background(None, stop=True)
         finally:
             await client.close()
 

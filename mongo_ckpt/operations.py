@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -39,6 +40,7 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
+from mongo_ckpt.clock import server_now
 from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
@@ -90,6 +92,7 @@ from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
+SWEEP_BATCH = 500  # threads per round of the retention sweep: no command carries every id
 READ_ATTEMPTS = 3  # reads of a checkpoint that maintenance deletes while it is being read
 _KEY_FIELDS = {
     CHECKPOINTS: CHECKPOINT_KEY,
@@ -105,6 +108,30 @@ DOOMED = tombstones.DOOMED
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
+COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
+
+
+class ThreadExistsError(ValueError):
+    """``copy_thread`` onto a thread that already has checkpoints of its own."""
+
+    def __init__(self, target_thread_id: str) -> None:
+        super().__init__(
+            f"thread {target_thread_id!r} already has checkpoints: copying onto it would merge "
+            "two histories; delete it first (delete_thread, `mongo-ckpt delete`) or copy to "
+            "a new thread id"
+        )
+        self.target_thread_id = target_thread_id
+
+
+@dataclass
+class Deleted:
+    """What a deleting call deleted: the threads and the documents per collection."""
+
+    threads: list[str] = field(default_factory=list)
+    documents: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KEY_FIELDS, 0))
+
+    def add(self, collection: str, count: int) -> None:
+        self.documents[collection] += count
 
 
 class CheckpointOperations:
@@ -413,13 +440,22 @@ class CheckpointOperations:
         self,
         checkpoints: Mapping[str, Any],
         writes: Mapping[str, Any],
-        blobs: Mapping[str, Any] | None,
-    ) -> Operation[None]:
+        blobs: Mapping[str, Any],
+    ) -> Operation[Deleted]:
+        deleted = Deleted()
         # Checkpoints go first so a reader never sees one whose values are gone.
-        yield from delete_many(CHECKPOINTS, checkpoints)
-        yield from delete_many(WRITES, writes)
-        if blobs is not None:
-            yield from delete_many(BLOBS, blobs)
+        for collection, query in ((CHECKPOINTS, checkpoints), (WRITES, writes), (BLOBS, blobs)):
+            deleted.add(collection, (yield from delete_many(collection, query)).deleted_count)
+        return deleted
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
+        """Delete the threads whole (``prune`` strategy ``delete``); what was deleted."""
+        ids = coerce_ids(thread_ids, "thread_ids")
+        self.deltas.forget(ids)
+        threads = {"thread_id": {"$in": sorted(ids)}}
+        deleted = yield from self._delete(threads, threads, threads)
+        deleted.threads = sorted(set(ids))
+        return deleted
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         ids = coerce_ids(run_ids, "run_ids")
@@ -441,6 +477,7 @@ class CheckpointOperations:
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
+        yield from self.check_copy_target(source, target)
         # The checkpoints as they are now, then their values and writes, then those
         # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
         # may have been missed) is not copied.
@@ -451,6 +488,16 @@ class CheckpointOperations:
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
             yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+
+    def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
+        """Raise ``ThreadExistsError`` when the target has checkpoints of its own: copying
+        would merge two histories. Checkpoints an earlier (maybe cut) copy of the same
+        source wrote do not count, so the same copy again is harmless."""
+        source = coerce_id(source_thread_id, "source_thread_id")
+        target = coerce_id(target_thread_id, "target_thread_id")
+        own = {"thread_id": target, COPIED_FROM: {"$ne": source}}
+        if (yield from find(CHECKPOINTS, own, projection={"_id": 1}, limit=1)):
+            raise ThreadExistsError(target)
 
     def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
@@ -476,11 +523,10 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
-        self.deltas.forget(ids)
         if strategy in ("delete", "delete_all"):
-            threads = {"thread_id": {"$in": ids}}
-            yield from self._delete(threads, threads, threads)
+            yield from self.delete_threads(ids)
             return
+        self.deltas.forget(ids)
         _, doomed = yield from self.prune_plan(ids)
         yield from self._delete_checkpoints(ids, doomed)
 
@@ -498,24 +544,53 @@ class CheckpointOperations:
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
         return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
-    def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
-        now = _now()
+    def sweep_expired(self, ttl: float, batch: int = SWEEP_BATCH) -> Operation[builtins.list[str]]:
+        """Delete every thread idle for longer than ``ttl`` seconds by the server's clock,
+        ``batch`` threads at a time; return their ids."""
+        now = yield from server_now()
         cutoff = now - timedelta(seconds=ttl)
         docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
-        expired = sorted(doc["_id"] for doc in docs)
-        if expired:
-            # Tombstones first, then a look for checkpoints stored since the cutoff: a put
-            # that came first makes its thread active again; one that comes later finds
-            # its parent tombstoned and takes its checkpoint back (``tombstones``).
-            token = ObjectId()
-            threads_query = {"thread_id": {"$in": expired}}
-            yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
-            recent = {**threads_query, "created_at": {"$gte": cutoff}}
+        deleted = yield from self.delete_idle(sorted(doc["_id"] for doc in docs), cutoff, batch)
+        return deleted.threads
+
+    def delete_idle(
+        self, thread_ids: Sequence[str], cutoff: datetime, batch: int = SWEEP_BATCH
+    ) -> Operation[Deleted]:
+        """Delete the threads of ``thread_ids`` that have no checkpoint stored since
+        ``cutoff`` (a time of the server's clock), ``batch`` threads at a time.
+
+        The ids may have been chosen long before (a confirmation prompt in between): each
+        thread is judged again, after its tombstones, so a thread that became active is
+        spared.
+        """
+        ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
+        deleted = Deleted()
+        for start in range(0, len(ids), batch):
+            yield from self._expire(ids[start : start + batch], cutoff, deleted)
+        if not ids:  # it finishes a sweep (or prune) cut after its delete
+            now = yield from server_now()
+            yield from self._delete_unneeded([], now, deleted)
+        return deleted
+
+    def _expire(
+        self, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
+    ) -> Operation[None]:
+        """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``."""
+        now = yield from server_now()
+        # Tombstones first, then a look for checkpoints stored since the cutoff: a put
+        # that came first makes its thread active again; one that comes later finds its
+        # parent tombstoned and takes its checkpoint back (``tombstones``).
+        token = ObjectId()
+        threads_query = {"thread_id": {"$in": list(thread_ids)}}
+        yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
+        recent = {**threads_query, "created_at": {"$gte": cutoff}}
+        active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
+        if (yield from self._lease_renewed(threads_query, token, now)):
             active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-            if active:
-                spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
-                yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
-                expired = [t for t in expired if t not in active]
+        if active:
+            spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
+            yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
+        expired = [t for t in thread_ids if t not in active]
         self.deltas.forget(expired)
         if expired:
             # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
@@ -523,10 +598,23 @@ class CheckpointOperations:
             mark = {"$set": {DOOMED: True}}
             yield from update_many(WRITES, threads_query, mark)
             yield from update_many(BLOBS, threads_query, mark)
-            yield from delete_many(CHECKPOINTS, threads_query)
-        # Also when nothing expired: it finishes a sweep (or prune) cut after its delete.
-        yield from self._delete_unneeded(expired)
-        return expired
+            result = yield from delete_many(CHECKPOINTS, threads_query)
+            deleted.add(CHECKPOINTS, result.deleted_count)
+            deleted.threads.extend(expired)
+        yield from self._delete_unneeded(expired, now, deleted)
+
+    def _lease_renewed(
+        self, query: Mapping[str, Any], token: ObjectId, since: datetime
+    ) -> Operation[bool]:
+        """Renew this call's tombstones (set at ``since``, server time) when more than half
+        their lease has passed by the server's clock: a put meanwhile may have seen them
+        expired, so the caller reads the threads again (``True``)."""
+        now = yield from server_now()
+        if now - since <= tombstones.TOMBSTONE_LEASE / 2:
+            return False
+        renew = {"$set": {tombstones.DOOMED_AT: now}}
+        yield from update_many(CHECKPOINTS, {**query, DOOMED: token}, renew)
+        return True
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
@@ -539,8 +627,10 @@ class CheckpointOperations:
 
         Each step is safe to cut and retry:
 
-        1. tombstone the doomed checkpoints (chosen from an earlier read), then read the
-           threads' checkpoints again: one stored since is a survivor, and the doomed ones
+        1. tombstone the doomed checkpoints (chosen from an earlier read) at the server's
+           time, then read the threads' checkpoints again (and once more after renewing
+           the tombstones when half their lease has passed: ``_lease_renewed``): one
+           stored since is a survivor, and the doomed ones
            it (or any survivor) rebuilds DeltaChannels from are spared. A put that comes after
            the tombstones finds its parent tombstoned and takes its checkpoint back
            (``tombstones``), so no checkpoint is stored on a parent about to go;
@@ -552,11 +642,14 @@ class CheckpointOperations:
            finishes any earlier call that was cut).
         """
         planned = {key_of(s) for s in doomed}
+        now = yield from server_now()
         if planned:
             token = ObjectId()
-            update = tombstones.tombstone(token, _now())
+            update = tombstones.tombstone(token, now)
             yield from update_many(CHECKPOINTS, keys_query(planned), update)
             stored = yield from self._skeletons(thread_ids)
+            if (yield from self._lease_renewed(keys_query(planned), token, now)):
+                stored = yield from self._skeletons(thread_ids)
             alive = [s for s in stored if key_of(s) not in planned]
             spared = planned & needed_ancestors(stored, alive)
             if spared:
@@ -572,16 +665,19 @@ class CheckpointOperations:
                 if unused:
                     yield from update_many(BLOBS, blob_keys_query(unused), mark)
                 yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids)
+        yield from self._delete_unneeded(thread_ids, now, Deleted())
 
-    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
+    def _delete_unneeded(
+        self, thread_ids: Iterable[str], now: datetime, deleted: Deleted
+    ) -> Operation[None]:
         """Delete the writes and values that no checkpoint needs, read now: the marked ones
         (of this call, or of an earlier call that was cut, in any thread) and, in
-        ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
-        and never retried). Parts of such documents go too, and so do old parts that
-        their head does not join (``payload.stray_parts``)."""
+        ``thread_ids``, those older than ``STRAY_AGE`` at ``now`` (the server's time; a
+        ``put`` or ``put_writes`` cut and never retried), counted into ``deleted``. Parts
+        of such documents go too, and so do old parts that their head does not join
+        (``payload.stray_parts``)."""
         threads = set(thread_ids)
-        cutoff = ObjectId.from_datetime(_now() - STRAY_AGE)
+        cutoff = ObjectId.from_datetime(now - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
         query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
         found: dict[str, builtins.list[Document]] = {}
@@ -610,9 +706,9 @@ class CheckpointOperations:
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                yield from delete_many(
-                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
-                )
+                chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                result = yield from delete_many(collection, chosen)
+                deleted.add(collection, result.deleted_count)
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
@@ -662,6 +758,8 @@ def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Doc
     if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
         dropped |= {tombstones.DOOMED, tombstones.DOOMED_AT}
     doc = {k: v for k, v in doc.items() if k not in dropped}
+    if collection == CHECKPOINTS:
+        doc[COPIED_FROM] = doc["thread_id"]
     doc["thread_id"] = target
     if collection == BLOBS:
         doc["join"] = blob_join(*key_of(doc, BLOB_KEY))
