@@ -80,12 +80,15 @@ def pytest_addoption(parser: Any) -> None:
 
 # The default tier runs each backend-parametrized test on this diagonal: both backends,
 # both modes. The other driver combinations (Motor, sync on servers, async on mock) run
-# in the exhaustive tier, and every driver in tests/test_driver_contract.py by default.
+# in the exhaustive tier; tests marked every_driver (tests/test_driver_contract.py) run on
+# every target by default.
 DEFAULT_TARGETS = {"mock-sync", "wire-async", "mongodb-async"}
 
 
 def _in_default_tier(item: Any) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
+    if "every_driver" in item.keywords:
+        return True
     mock_only = "mock_by_default" in item.keywords
     for value in params.values():
         if isinstance(value, Target):

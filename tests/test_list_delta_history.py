@@ -4,6 +4,8 @@ fork with ``update_state``, ``RemoveMessage`` and ``REMOVE_ALL_MESSAGES``; every
 
 from __future__ import annotations
 
+import pytest
+
 import math
 from typing import Any
 
@@ -91,6 +93,7 @@ async def check_long_conversation(run: Api, turns: int) -> None:
         assert len([v for v in doc["values"] if v["channel"] == "messages"]) <= bound
 
 
+@pytest.mark.mock_by_default
 async def test_long_conversation(api: Api) -> None:
     # 100 turns through the real sync driver; mongomock (slow on long threads) runs a
     # shorter one, and so does the async saver (the same operations, written once).

@@ -142,6 +142,7 @@ async def _maintenance_calls(api: Api, name: str) -> int:
 STEPPED = [t for t in TARGETS if t.backend == "mock" or not t.is_async]
 
 
+@pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
 @pytest.mark.parametrize("shares", ["values", "history"])
 @pytest.mark.parametrize("name", sorted(MAINTENANCE))
