@@ -4,12 +4,11 @@ fork with ``update_state``, ``RemoveMessage`` and ``REMOVE_ALL_MESSAGES``; every
 
 from __future__ import annotations
 
-import pytest
-
 import math
 from typing import Any
 
 import mongomock
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
