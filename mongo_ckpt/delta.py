@@ -47,8 +47,9 @@ def history_pipeline(
     ``target`` is the ``$match`` for the target checkpoint (the latest one if it
     names no id); the walk goes at most ``max_depth`` steps above its parent
     (``snapshot_distance.walk_depth``). Output: ``{"chain": [ancestor ids, nearest
-    first], "cut": bool}`` once, then ``{"w": write part}`` and ``{"b": seed value
-    part}`` documents. Nothing when the target has no ancestor (mongomock: an empty chain).
+    first], "cut": bool, "unseeded": bool, ...}`` once, then ``{"w": write part}`` and
+    ``{"b": seed value part}`` documents. Nothing when the target has no ancestor
+    (mongomock: an empty chain).
     """
     return [
         *target_stages(target),
@@ -131,9 +132,9 @@ def work_item_stages(
     thread_id: str, checkpoint_ns: str, channels: Sequence[str], max_depth: int
 ) -> list[Stage]:
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
-    "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
-    seed]}`` and, for a seeded channel, ``{"channel", "bj": [join keys of its seed value
-    and of the list-delta bases it is rebuilt from]}``.
+    "cut": bool, "unseeded": bool, ...}``, then per channel ``{"channel", "ids": [write
+    join keys up to its seed]}`` and, for a seeded channel, ``{"channel", "bj": [join
+    keys of its seed value and of the list-delta bases it is rebuilt from]}``.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
@@ -147,6 +148,7 @@ def work_item_stages(
         {
             "chain": _ids_within(deepest),
             "cut": _cut(len(names), max_depth),
+            "unseeded": _unseeded(len(names)),
             "start": "$start",
             "parents": _ids_within(deepest, field="parent"),
             "end": {"$arrayElemAt": ["$chain", -1]},
@@ -165,10 +167,14 @@ def work_item_stages(
     ]
 
 
+def _unseeded(count: int) -> dict[str, Any]:
+    """Whether one of ``count`` channels has no seed in the chain."""
+    return {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
+
+
 def _cut(count: int, max_depth: int) -> dict[str, Any]:
     """Whether one of ``count`` channels has no seed and the walk stopped at ``max_depth``
     although the entry there has a parent, so a longer walk might find more."""
-    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
     beyond = {
         "$filter": {
             "input": "$chain",
@@ -176,7 +182,7 @@ def _cut(count: int, max_depth: int) -> dict[str, Any]:
             "cond": {"$and": [{"$eq": ["$$a.depth", max_depth]}, {"$ne": ["$$a.parent", None]}]},
         }
     }
-    return {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
+    return {"$and": [_unseeded(count), {"$gt": [{"$size": beyond}, 0]}]}
 
 
 def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
@@ -220,9 +226,9 @@ def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
 
 
 def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
-    """Emits ``{"chain", "cut"}``, ``{"w": write part}`` or ``{"b": seed value part}`` (the
-    other fields null): parts of another thread, namespace or channel are dropped, and
-    so are items whose lookups found nothing."""
+    """Emits ``{"chain", "cut", "unseeded", ...}``, ``{"w": write part}`` or ``{"b": seed
+    value part}`` (the other fields null): parts of another thread, namespace or channel
+    are dropped, and so are items whose lookups found nothing."""
 
     def own(part: str) -> dict[str, Any]:
         return {
@@ -239,6 +245,7 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "_id": 0,
                 "chain": 1,
                 "cut": 1,
+                "unseeded": 1,
                 "start": 1,
                 "parents": 1,
                 "end": 1,
@@ -288,7 +295,9 @@ def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -
     """The id of an ancestor a ``history_pipeline`` walk needed and did not find stored:
     a gap in the chain up to the deepest seed, or (with the walk's ``max_depth``, when it
     is known to reach every seed) a parent where a walk that found no seed for some
-    channel stopped short of it. ``None`` when nothing is missing, or no ancestor was
+    channel stopped short of it. A walk that found every channel's seed is complete: an
+    ancestor missing beyond the deepest seed (deleted by maintenance, which keeps only
+    what survivors need) is no hole. ``None`` when nothing is missing, or no ancestor was
     found at all."""
     for doc in docs:
         if "chain" not in doc:
@@ -302,7 +311,8 @@ def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -
         end: Mapping[str, Any] = doc.get("end") or {}
         reached_end = bool(ids) and end.get("id") == ids[-1]
         stopped_short = max_depth is not None and end.get("depth", max_depth) < max_depth
-        if reached_end and end.get("parent") is not None and stopped_short:
+        unseeded = bool(doc.get("unseeded", True))
+        if reached_end and end.get("parent") is not None and stopped_short and unseeded:
             return str(end["parent"])
     return None
 

@@ -129,7 +129,7 @@ def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
             {"id": "c2", "depth": 1, "parent": "c1", "stored": []},
             {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]},
             {"id": "c0", "depth": 3, "parent": None, "stored": []},
-        ]
+        ],
     }
     [short] = run(db, walk(max_depth=1))
     assert [(e["id"], e["depth"]) for e in short["chain"]] == [("c3", 0), ("c2", 1)]
@@ -166,7 +166,13 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
     assert docs == [
         # "n" has no seed, so the chain goes to the root; the full walk is not cut, and it
         # ends at the root (no parent: nothing is missing).
-        {"chain": ["c3", "c2", "c1", "c0"], "cut": False, **links(4), "end": ROOT},
+        {
+            "chain": ["c3", "c2", "c1", "c0"],
+            "cut": False,
+            "unseeded": True,
+            **links(4),
+            "end": ROOT,
+        },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
         # The join keys of the seed value and of the list-delta bases it is rebuilt from.
@@ -175,13 +181,19 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
     seeded = run(
         db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
     )
-    assert seeded[0] == {"chain": ["c3", "c2", "c1"], "cut": False, **links(3), "end": C1}
+    assert seeded[0] == {
+        "chain": ["c3", "c2", "c1"],
+        "cut": False,
+        "unseeded": False,
+        **links(3),
+        "end": C1,
+    }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
     cut = run(
         db, [*walk(max_depth=1), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 1)]
     )
-    assert cut[0] == {"chain": ["c3", "c2"], "cut": True, **links(2), "end": C2}
+    assert cut[0] == {"chain": ["c3", "c2"], "cut": True, "unseeded": True, **links(2), "end": C2}
     assert [d for d in cut if "bj" in d] == []
 
 
@@ -196,6 +208,19 @@ def test_a_walk_that_meets_a_missing_ancestor_names_it(db: Any) -> None:
     db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c3"})
     # The target's parent: named, or (no ancestor found at all) left to the saver's check.
     assert missing_ancestor(run(db, stages), MAX_DEPTH) in ("c3", None)
+
+
+def test_a_missing_ancestor_above_every_seed_is_no_gap(db: Any) -> None:
+    # What prune leaves under durability="exit": the seed's parent is gone, and LangGraph's
+    # counters allow a deeper walk than the checkpoints stored, so the walk stops short.
+    db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c0"})
+    stages = [*walk(), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], MAX_DEPTH)]
+    docs = run(db, stages)
+    assert docs[0]["chain"] == ["c3", "c2", "c1"] and docs[0]["unseeded"] is False
+    assert missing_ancestor(docs, MAX_DEPTH) is None
+    # A channel without a seed there still needs c0's history: a hole.
+    both = [*walk(), *seed_depth_stages(["m", "n"]), *work_item_stages(T, NS, ["m", "n"], 9)]
+    assert missing_ancestor(run(db, both), 9) == "c0"
 
 
 def test_part_lookup_stages_add_one_part_per_document(db: Any) -> None:
@@ -223,6 +248,7 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
     assert docs[0] == {
         "chain": ["c3", "c2", "c1", "c0"],
         "cut": False,
+        "unseeded": True,
         **links(4),
         "end": ROOT,
         "w": None,
