@@ -134,7 +134,8 @@ def work_item_stages(
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
     "cut": bool, "unseeded": bool, ...}``, then per channel ``{"channel", "ids": [write
     join keys up to its seed]}`` and, for a seeded channel, ``{"channel", "bj": [join
-    keys of its seed value and of the list-delta bases it is rebuilt from]}``.
+    keys of its seed value and of the list-delta bases it is rebuilt from], "vs": [their
+    versions]}``.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
@@ -189,15 +190,39 @@ def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
     """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
     name = {"$literal": channel}
     at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
-    # Join keys of the seed value and of the list-delta bases it is rebuilt from.
-    join_keys = {
-        "$map": {
-            "input": _stored_entries(name),
-            "as": "v",
-            "in": {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, "$$v.version"]},
-        }
+    # The seed value and the list-delta bases it is rebuilt from: their join keys, and
+    # their versions, which the parts found must have (``own_part_stages``).
+    entries = _stored_entries(name)
+    item = {
+        "channel": name,
+        "bj": _blob_joins([prefix, {"$literal": channel + JOIN_SEP}], entries),
+        "vs": {"$map": {"input": entries, "as": "v", "in": "$$v.version"}},
     }
-    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_keys}}}
+    return {"$map": {"input": at_seed, "as": "a", "in": item}}
+
+
+def _blob_joins(prefix: list[Any], entries: dict[str, Any]) -> dict[str, Any]:
+    """The ``layout.blob_join`` keys of the value ``entries`` (``{"channel", "version"}``).
+
+    A version is a string, an int or a float; the key spells it as Python's ``str``.
+    ``$toString`` returns a string as it is and spells ints the same, but a whole double
+    without its ``.0`` on MongoDB (``1.0`` -> ``"1"``, where mongomock says ``"1.0"``), so
+    a number also gets the key with ``.0`` appended: whichever is stored is found.
+    """
+    spelled = {"$toString": "$$v.version"}
+    numbers = {"$filter": {"input": entries, "as": "v", "cond": {"$isNumber": "$$v.version"}}}
+    return {
+        "$concatArrays": [
+            {"$map": {"input": entries, "as": "v", "in": {"$concat": [*prefix, spelled]}}},
+            {
+                "$map": {
+                    "input": numbers,
+                    "as": "v",
+                    "in": {"$concat": [*prefix, spelled, {"$literal": ".0"}]},
+                }
+            },
+        ]
+    }
 
 
 def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
@@ -230,14 +255,18 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
     value part}`` (the other fields null): parts of another thread, namespace or channel
     are dropped, and so are items whose lookups found nothing."""
 
-    def own(part: str) -> dict[str, Any]:
+    def own(part: str, *more: dict[str, Any]) -> dict[str, Any]:
         return {
             "$and": [
                 {"$eq": [f"{part}.thread_id", {"$literal": thread_id}]},
                 {"$eq": [f"{part}.checkpoint_ns", {"$literal": checkpoint_ns}]},
                 {"$eq": [f"{part}.channel", "$channel"]},
+                *more,
             ]
         }
+
+    # Of the join keys tried for a numeric version, only the stored version's part counts.
+    own_version = {"$in": ["$b.version", {"$ifNull": ["$vs", []]}]}
 
     return [
         {
@@ -250,7 +279,7 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "parents": 1,
                 "end": 1,
                 "w": {"$cond": [own("$w"), "$w", None]},
-                "b": {"$cond": [own("$b"), "$b", None]},
+                "b": {"$cond": [own("$b", own_version), "$b", None]},
             }
         },
         {

@@ -129,7 +129,7 @@ def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
             {"id": "c2", "depth": 1, "parent": "c1", "stored": []},
             {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]},
             {"id": "c0", "depth": 3, "parent": None, "stored": []},
-        ],
+        ]
     }
     [short] = run(db, walk(max_depth=1))
     assert [(e["id"], e["depth"]) for e in short["chain"]] == [("c3", 0), ("c2", 1)]
@@ -176,7 +176,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
         # The join keys of the seed value and of the list-delta bases it is rebuilt from.
-        {"channel": "m", "bj": [blob_join(T, NS, "m", "1")]},
+        {"channel": "m", "bj": [blob_join(T, NS, "m", "1")], "vs": ["1"]},
     ]
     seeded = run(
         db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
@@ -221,6 +221,30 @@ def test_a_missing_ancestor_above_every_seed_is_no_gap(db: Any) -> None:
     # A channel without a seed there still needs c0's history: a hole.
     both = [*walk(), *seed_depth_stages(["m", "n"]), *work_item_stages(T, NS, ["m", "n"], 9)]
     assert missing_ancestor(run(db, both), 9) == "c0"
+
+
+# Versions as Python's ``str`` spells them in ``blob_join``: strings, ints, longs, doubles
+# (whole ones are "1.0"; MongoDB's ``$toString`` drops the ".0").
+VERSIONS = ["00000000002.abc", "1.0", 1, 7, 2**40, 1.0, 3.0, 1.5, 0.1, -2.0, 12345678901234.0]
+
+
+def test_seed_join_keys_match_python_for_every_version_type(db: Any) -> None:
+    checkpoints, blobs = db[NAMES[CHECKPOINTS]], db[NAMES[BLOBS]]
+    for n, version in enumerate(VERSIONS):
+        channel = f"v{n}"
+        checkpoints.update_one(
+            {"thread_id": T, "checkpoint_id": "c1"},
+            {"$push": {"values": {"channel": channel, "version": version}}},
+        )
+        blob = {**_blob(T, 1, channel), "version": version, "value": repr(version)}
+        blobs.insert_one({**blob, "join": blob_join(T, NS, channel, version)})
+    # A string version spelled like a number's key is not that number's value.
+    string = {**_blob(T, 1, "v2"), "version": "1.0", "value": "the string '1.0'"}
+    blobs.insert_one({**string, "join": blob_join(T, NS, "v2", "1.0")})
+    channels = [f"v{n}" for n in range(len(VERSIONS))]
+    docs = run(db, history_pipeline(NAMES, {"thread_id": T, "checkpoint_ns": NS}, T, NS, channels))
+    found = {d["b"]["channel"]: d["b"]["value"] for d in docs if d.get("b")}
+    assert found == {f"v{n}": repr(v) for n, v in enumerate(VERSIONS)}
 
 
 def test_part_lookup_stages_add_one_part_per_document(db: Any) -> None:
