@@ -153,6 +153,9 @@ def work_item_stages(
             "start": "$start",
             "parents": _ids_within(deepest, field="parent"),
             "end": {"$arrayElemAt": ["$chain", -1]},
+            # The version each seeded channel's value is stored with: ``assemble`` checks
+            # that it arrived, so a value missing is an error, not a shorter history.
+            "seeds": {"$concatArrays": [_seed_version(i, ch) for i, ch in enumerate(channels)]},
         }
     )
     write_items = [
@@ -186,10 +189,23 @@ def _cut(count: int, max_depth: int) -> dict[str, Any]:
     return {"$and": [_unseeded(count), {"$gt": [{"$size": beyond}, 0]}]}
 
 
-def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
-    """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
+def _at_seed(i: int) -> dict[str, Any]:
+    """Channel ``i``'s seed entry of the chain, as a list: empty when it has none."""
+    return {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
+
+
+def _seed_version(i: int, channel: str) -> dict[str, Any]:
+    """``[{"channel", "version"}]``: the version of channel ``i``'s seed value (the last
+    of its ``values`` entries, after the list-delta bases); empty when it has no seed."""
     name = {"$literal": channel}
-    at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
+    versions = {"$map": {"input": _stored_entries(name), "as": "v", "in": "$$v.version"}}
+    item = {"channel": name, "version": {"$arrayElemAt": [versions, -1]}}
+    return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
+
+
+def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
+    """``[{"channel", "bj", "vs"}]`` for channel ``i``'s seed; empty when it has none."""
+    name = {"$literal": channel}
     # The seed value and the list-delta bases it is rebuilt from: their join keys, and
     # their versions, which the parts found must have (``own_part_stages``).
     entries = _stored_entries(name)
@@ -198,7 +214,7 @@ def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
         "bj": _blob_joins([prefix, {"$literal": channel + JOIN_SEP}], entries),
         "vs": {"$map": {"input": entries, "as": "v", "in": "$$v.version"}},
     }
-    return {"$map": {"input": at_seed, "as": "a", "in": item}}
+    return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
 
 
 def _blob_joins(prefix: list[Any], entries: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +294,7 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "start": 1,
                 "parents": 1,
                 "end": 1,
+                "seeds": 1,
                 "w": {"$cond": [own("$w"), "$w", None]},
                 "b": {"$cond": [own("$b", own_version), "$b", None]},
             }
@@ -368,10 +385,18 @@ def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def assemble(
-    docs: Iterable[Mapping[str, Any]], channels: Sequence[str], serde: SerializerProtocol
+    docs: Iterable[Mapping[str, Any]],
+    channels: Sequence[str],
+    serde: SerializerProtocol,
+    thread_id: str,
+    checkpoint_ns: str,
 ) -> dict[str, DeltaChannelHistory]:
-    """The ``get_delta_channel_history`` result from ``history_pipeline`` output."""
+    """The ``get_delta_channel_history`` result from ``history_pipeline`` output.
+
+    Raises ``MissingValueError`` when a seed value the walk found named is not there.
+    """
     docs = list(docs)
+    stored = {s["channel"]: s["version"] for d in docs if "chain" in d for s in d.get("seeds", ())}
     depth_of = {cid: depth for d in docs if "chain" in d for depth, cid in enumerate(d["chain"])}
     ordered: dict[str, list[tuple[tuple[Any, ...], PendingWrite]]] = {ch: [] for ch in channels}
     for _, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
@@ -385,6 +410,9 @@ def assemble(
     # Per channel, the seed is the fetched version no other fetched version is based on.
     bases = {(*key[:3], head["base"]) for key, (head, _) in blobs.items() if "base" in head}
     seeds = {key[2]: key for key in blobs if key not in bases}
+    for channel, version in stored.items():
+        if channel not in seeds or seeds[channel][3] != version:
+            raise MissingValueError(thread_id, checkpoint_ns, channel, version)
     result: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
         entry: DeltaChannelHistory = {

@@ -172,6 +172,8 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
             "unseeded": True,
             **links(4),
             "end": ROOT,
+            # The version of each seed value found: "m" at c1.
+            "seeds": [{"channel": "m", "version": "1"}],
         },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
@@ -187,13 +189,21 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         "unseeded": False,
         **links(3),
         "end": C1,
+        "seeds": [{"channel": "m", "version": "1"}],
     }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
     cut = run(
         db, [*walk(max_depth=1), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 1)]
     )
-    assert cut[0] == {"chain": ["c3", "c2"], "cut": True, "unseeded": True, **links(2), "end": C2}
+    assert cut[0] == {
+        "chain": ["c3", "c2"],
+        "cut": True,
+        "unseeded": True,
+        **links(2),
+        "end": C2,
+        "seeds": [],
+    }
     assert [d for d in cut if "bj" in d] == []
 
 
@@ -275,6 +285,7 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
         "unseeded": True,
         **links(4),
         "end": ROOT,
+        "seeds": [{"channel": "m", "version": "1"}],
         "w": None,
         "b": None,
     }
