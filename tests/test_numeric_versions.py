@@ -119,7 +119,9 @@ async def test_values_and_writes_with_numeric_versions(api: Api, kind: str) -> N
     assert got.checkpoint["channel_values"] == want.checkpoint["channel_values"]
     assert got.checkpoint["channel_versions"] == want.checkpoint["channel_versions"]
     assert got.pending_writes == want.pending_writes
-    listed = [(t.checkpoint["channel_values"], t.pending_writes) for t in await api.list(config)]
+    listed = [
+        (t.checkpoint["channel_values"], t.pending_writes) for t in await numbered.list(config)
+    ]
     expected = [(t.checkpoint["channel_values"], t.pending_writes) for t in memory.list(config)]
     assert listed == expected
     assert await stored_version_types(numbered, "p") == {number}
