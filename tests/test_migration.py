@@ -316,7 +316,7 @@ def test_verification_reports_differences(
     assert found == {("small-2", "checkpoint"), ("small-3", "parent")}
 
 
-BIG = "big"  # sorts between small-1 and small-2: threads on both sides of it migrate
+BIG = "small-1-big"  # sorts between small-1 and small-2: threads on both sides migrate
 # Valid for langgraph-checkpoint-mongodb (one copy, under 16 MiB); mongo-ckpt stores
 # metadata twice, over its 15 MiB checkpoint-document limit.
 BIG_METADATA = {"note": "x" * (8 * 2**20)}
@@ -368,6 +368,36 @@ def test_a_thread_that_cannot_be_converted_is_skipped_and_reported(
     assert (fixed.threads, fixed.checkpoints, fixed.skipped) == (5, total, [])
     assert verify_migration(dest, src).skipped == []
     assert dest.get_tuple(thread(BIG)) is not None
+
+
+def test_a_migration_cut_after_a_skip_resumes_with_it(
+    empty_source: tuple[OfficialSaver, Source], client: Any, db_name: str
+) -> None:
+    official, src = empty_source
+    write_small_threads(official, 4)
+    write_big_thread(official)
+    reference = MongoDBSaver(client, f"{db_name}_ref")
+    calls = Faults(reference.collections)
+    expected = migrate_from_official(reference, src, batch=1)
+    # Cut the checkpoints write of small-2, the batch after the skipped thread's.
+    writes = [
+        i
+        for i, (name, method, _) in enumerate(calls.calls)
+        if name == CHECKPOINTS and method == "bulk_write"
+    ]
+    assert len(writes) == 4  # the skipped thread writes nothing
+    cut = MongoDBSaver(client, db_name)
+    faults = Faults(cut.collections)
+    faults.arm(Fault(writes[2], "cut", k=1))
+    with pytest.raises(Exception, match="injected"):
+        migrate_from_official(cut, src, batch=1)
+    faults.restore()
+    resumed = migrate_from_official(cut, src, batch=1)
+    assert resumed.skipped == expected.skipped and [s.thread_id for s in resumed.skipped] == [BIG]
+    assert (resumed.threads, resumed.checkpoints) == (expected.threads, expected.checkpoints)
+    report = verify_migration(cut, src)
+    assert report.mismatches == [] and report.skipped == expected.skipped
+    client.drop_database(f"{db_name}_ref")
 
 
 def test_source_collections_must_differ_from_the_target(client: Any, db_name: str) -> None:
