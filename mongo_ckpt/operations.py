@@ -280,7 +280,7 @@ class CheckpointOperations:
             # Counters that understate the distance (metadata not written by LangGraph's
             # loop): walk again as far as LangGraph's bound.
             counted, docs = False, (yield from walk(MAX_DEPTH))
-        history = assemble(docs, channels, self.serde)
+        history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
         missing = missing_ancestor(docs, depth if counted else None)
         unseeded = [ch for ch in channels if "seed" not in history[ch]]
         if missing is None and counted and unseeded and not any(d.get("chain") for d in docs):

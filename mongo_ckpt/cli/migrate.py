@@ -28,6 +28,8 @@ from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
 from mongo_ckpt.schema import read_version, saver_key
 
 SHOWN_MISMATCHES = 20
+# Exit statuses besides 0 (and click's 2 for a usage error).
+MISMATCHES_FOUND, THREADS_SKIPPED = 1, 3
 
 
 @contextmanager
@@ -50,7 +52,7 @@ def _bar(label: str, quiet: bool) -> Iterator[Any]:
             bar.update(
                 task,
                 total=counts.total_checkpoints,
-                completed=counts.checkpoints,
+                completed=counts.checkpoints + counts.skipped_checkpoints,
                 threads=counts.threads,
             )
 
@@ -75,7 +77,12 @@ def _source_collections(value: str) -> tuple[str, str]:
         "only read. Resumable: a rerun continues after the last finished thread, with the "
         "same result (--restart goes over every thread again). With --verify, every thread "
         "is then read back through mongo-ckpt and compared with the source. Encrypted data "
-        "needs LANGGRAPH_AES_KEY, as for the application."
+        "needs LANGGRAPH_AES_KEY, as for the application. A thread that cannot be converted "
+        "(e.g. a checkpoint over mongo-ckpt's 15 MiB document limit) is skipped whole, the "
+        "others are migrated, and every skipped thread is listed at the end with the reason; "
+        "a rerun tries the skipped threads again. Exit status: 0 when everything was "
+        "migrated (and matched), 1 when --verify found mismatches, 3 when threads were "
+        "skipped, 2 on a usage error."
     ),
 )
 @click.option(
@@ -114,7 +121,8 @@ def migrate(
     verify: bool,
     restart: bool,
 ) -> int:
-    """Run the migration, then the verification if asked; exit code 1 on mismatches."""
+    """Run the migration, then the verification if asked; exit status 1 on mismatches,
+    3 when threads were skipped."""
     if not from_official:  # the only source there is; required so the command says so
         raise click.UsageError("say what to migrate from: --from-official")
     source = Source(source_db, *_source_collections(source_collections))
@@ -134,6 +142,7 @@ def migrate(
             "checkpoints": done.checkpoints,
             "writes": done.writes,
             "seconds": round(time.perf_counter() - started, 2),
+            "skipped": [vars(skip) for skip in done.skipped],
         }
         if verify:
             started = time.perf_counter()
@@ -144,10 +153,13 @@ def migrate(
                 "checkpoints": checked.checkpoints,
                 "seconds": round(time.perf_counter() - started, 2),
                 "mismatches": [vars(m) for m in checked.mismatches],
+                "skipped": [vars(skip) for skip in checked.skipped],
             }
     _print(report, target.json)
     if report.get("verified", {}).get("mismatches"):
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(MISMATCHES_FOUND)
+    if report["migrated"]["skipped"]:
+        raise click.exceptions.Exit(THREADS_SKIPPED)
     return 0
 
 
@@ -160,11 +172,15 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
         title=f"langgraph-checkpoint-mongodb {report['source']['db']} -> "
         f"mongo-ckpt {report['target']['db']}"
     )
-    for column in ("step", "threads", "checkpoints", "writes", "seconds", "mismatches"):
+    columns = ("step", "threads", "checkpoints", "writes", "seconds", "mismatches", "skipped")
+    for column in columns:
         table.add_column(column, justify="left" if column == "step" else "right")
     m = report["migrated"]
     table.add_row(
-        "migrate", *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])), ""
+        "migrate",
+        *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])),
+        "",
+        str(len(m["skipped"])),
     )
     if "verified" in report:
         v = report["verified"]
@@ -175,6 +191,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             "",
             str(v["seconds"]),
             str(len(v["mismatches"])),
+            str(len(v["skipped"])),
         )
     console.print(table)
     mismatches = report.get("verified", {}).get("mismatches", [])
@@ -186,6 +203,21 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
         console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
     if len(mismatches) > SHOWN_MISMATCHES:
         console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+    skipped = m["skipped"]
+    if skipped:
+        checkpoints = sum(skip["checkpoints"] for skip in skipped)
+        console.print(
+            f"[yellow]{len(skipped)} thread(s) not migrated[/yellow] ({checkpoints} "
+            "checkpoints); the others were. Fix them in the source and run the same command "
+            "again to migrate them:",
+            highlight=False,
+        )
+    for skip in skipped:  # every one: each is data left behind
+        where = (
+            f"thread {skip['thread_id']!r} ({skip['checkpoints']} checkpoints): checkpoint "
+            f"{skip['checkpoint_id']!r} ns {skip['checkpoint_ns']!r}: {skip['reason']}"
+        )
+        console.print(f"[yellow]skipped[/yellow] {escape(where)}", highlight=False, soft_wrap=True)
 
 
 @click.command(
