@@ -2,6 +2,7 @@
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
+from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
@@ -11,6 +12,7 @@ from mongo_ckpt.tombstones import StaleParentError
 __all__ = [
     "AsyncMongoDBSaver",
     "ClientClosedError",
+    "ConflictingValueError",
     "MissingHistoryError",
     "MissingValueError",
     "MongoDBSaver",
