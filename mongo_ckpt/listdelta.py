@@ -43,9 +43,10 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 # chains it wrote last, least recently used threads evicted first.
 CACHE_BYTES = 32 * 2**20
 DIGEST_SIZE = 8  # bytes of one element's digest
-# Accounted per cached link and per cached thread: a counter, a version, a prefix length.
-LINK_BYTES = 64
-THREAD_BYTES = 256
+# Accounted per cached link (a counter, a version, a prefix length) and per cached thread
+# (its key and containers): Python's own object sizes, rounded up.
+LINK_BYTES = 160
+THREAD_BYTES = 1024
 # Checkpoints whose ``values`` (with bases) one saver instance remembers.
 CACHED_CHECKPOINTS = 4096
 
@@ -122,7 +123,7 @@ def same_value(serde: SerializerProtocol, given: Any, stored: Any) -> bool:
     return normal(given) == normal(stored)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Link:
     """One stored version of a channel's chain: its counter, its version, and how many
     leading elements its value is known to share with the chain's latest value (a lower
@@ -133,7 +134,7 @@ class Link:
     shared: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chain:
     """The versions of a channel this instance wrote in a row: the element digests of the
     latest value (``fingerprints``) and the links a next delta may be based on."""
@@ -220,7 +221,7 @@ class _Lru(OrderedDict[Any, Any]):
             self.popitem(last=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Head:
     checkpoint_id: str
     links: dict[str, Chain]
