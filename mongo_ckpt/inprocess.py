@@ -16,7 +16,7 @@ def patch_mongomock_bulk() -> None:
 
     builder = mongomock.collection.BulkOperationBuilder
     if not getattr(builder.execute, "_indexes_upserts", False):
-        builder.execute = _indexing_upserts(builder.execute)
+        builder.execute = _indexing_upserts(builder.execute)  # type: ignore[method-assign]
     for name in ("add_update", "add_replace"):
         original = getattr(builder, name)
         if getattr(original, "_ignores_sort", False):
@@ -48,7 +48,7 @@ def _indexing_upserts(execute: Any) -> Any:
         return result
 
     def execute_indexed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from mongomock import BulkWriteError
+        from pymongo.errors import BulkWriteError  # what mongomock raises
 
         self.executors = [indexed(i, run) for i, run in enumerate(self.executors)]
         try:
