@@ -7,12 +7,18 @@ from typing import Any
 
 def patch_mongomock_bulk() -> None:
     """Let mongomock 4.3 accept the ``sort=`` that PyMongo >= 4.11 passes to bulk updates,
-    and report each upsert under its request's index, as MongoDB does (mongomock numbers
-    them by how many upserted before: ``upserted_ids`` pointed at the wrong requests).
+    report each upsert under its request's index, as MongoDB does (mongomock numbers
+    them by how many upserted before: ``upserted_ids`` pointed at the wrong requests), and
+    give ``$currentDate`` MongoDB's millisecond precision (mongomock's microseconds sort a
+    date after a later, stored one).
 
     Touches mongomock only; the library itself speaks plain PyMongo.
     """
+    import mongomock
     import mongomock.collection
+
+    if not getattr(mongomock.utcnow, "_milliseconds", False):
+        mongomock.utcnow = _milliseconds(mongomock.utcnow)
 
     builder = mongomock.collection.BulkOperationBuilder
     if not getattr(builder.execute, "_indexes_upserts", False):
@@ -28,6 +34,15 @@ def patch_mongomock_bulk() -> None:
 
         without_sort._ignores_sort = True  # type: ignore[attr-defined]
         setattr(builder, name, without_sort)
+
+
+def _milliseconds(utcnow: Any) -> Any:
+    def now() -> Any:
+        moment = utcnow()
+        return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+    now._milliseconds = True  # type: ignore[attr-defined]
+    return now
 
 
 def _indexing_upserts(execute: Any) -> Any:
