@@ -356,22 +356,40 @@ class CheckpointOperations:
         inserted: set[Any],
     ) -> Operation[None]:
         """Name the stored chains of the values in ``found`` (channel: version), whose heads
-        existed before this call; refuse a value other than the stored one, leaving the
-        values this call ``inserted`` marked for maintenance."""
+        existed before this call. A value other than the stored one is refused (unless
+        another checkpoint names that version), leaving the values this call ``inserted``
+        marked for maintenance."""
         thread_id, checkpoint_ns = key["thread_id"], key["checkpoint_ns"]
         loaded = yield from self._stored_values(thread_id, checkpoint_ns, found)
         for channel, version in found.items():
-            value_key = (thread_id, checkpoint_ns, channel, version)
-            chain = stored_chain(loaded.blobs, value_key)
             try:
                 stored = loaded.value(thread_id, checkpoint_ns, channel, version)
             except MissingValueError:
                 yield from _mark_values(inserted)
                 raise
-            if chain is None or not same_value(self.serde, values[channel], stored):
+            chain = stored_chain(loaded.blobs, (thread_id, checkpoint_ns, channel, version))
+            assert chain is not None  # the value was rebuilt from it
+            if not same_value(self.serde, values[channel], stored) and not (
+                yield from self._named_elsewhere(key, channel, version)
+            ):
                 yield from _mark_values(inserted)
                 raise ConflictingValueError(thread_id, checkpoint_ns, channel, version)
             plan.adopt(channel, chain)
+
+    def _named_elsewhere(
+        self, key: Mapping[str, str], channel: str, version: Any
+    ) -> Operation[bool]:
+        """Whether a checkpoint other than ``key`` names the value ``(channel, version)``:
+        then that version is the thread's history, which keeps its first value (the put
+        reuses a version rather than retrying a put)."""
+        query = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "checkpoint_id": {"$ne": key["checkpoint_id"]},
+            "values": {"$elemMatch": {"channel": channel, "version": version}},
+        }
+        found = yield from find(CHECKPOINTS, query, projection={"_id": 1}, limit=1)
+        return bool(found)
 
     def _stored_values(
         self, thread_id: str, checkpoint_ns: str, versions: Mapping[str, Any]

@@ -379,3 +379,15 @@ async def test_created_at_is_the_servers_time(api: Api, skew: timedelta) -> None
     for doc in await api.docs(CHECKPOINTS, {"thread_id": "t"}):
         assert abs(aware(doc["created_at"]) - server) < timedelta(minutes=1), skew
     assert thread.checkpoint_id
+
+
+async def test_a_version_other_checkpoints_name_keeps_its_first_value(api: Api) -> None:
+    """A put naming as new a version that earlier checkpoints name (the conformance suite's
+    threads do) is stored, sharing the thread's first value of that version."""
+    configs = [T]
+    for step in range(3):
+        checkpoint = checkpoint_at(step + 1, {"step": step}, {"step": 1})
+        configs.append(await api.put(configs[-1], checkpoint, {"step": step}, {"step": 1}))
+    for config in configs[1:]:
+        assert (await api.get_tuple(config)).checkpoint["channel_values"] == {"step": 0}
+    await assert_no_orphans(api)
