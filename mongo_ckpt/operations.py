@@ -417,8 +417,9 @@ class CheckpointOperations:
     ) -> Operation[None]:
         """After a probe that missed the parent: accept a parent whose tombstone expired (on
         the server's clock), or one never stored when every value the checkpoint names is
-        stored, unmarked, with the chain it names, and no DeltaChannel replays history;
-        otherwise take the checkpoint back (``mine``: this call inserted it)."""
+        stored, unmarked, with the chain it names (and, unless this call inserted it, named
+        by another stored checkpoint), and no DeltaChannel replays history; otherwise take
+        the checkpoint back (``mine``: this call inserted it)."""
         parent = {**key, "checkpoint_id": parent_id}
         found = yield from find(CHECKPOINTS, parent, projection=_fields((DOOMED, DOOMED_AT)))
         if found:
@@ -430,9 +431,33 @@ class CheckpointOperations:
             if named:
                 query = {**blob_keys_query(named), "part": 0}
                 heads = yield from find(BLOBS, query, projection=_fields(HEAD_FIELDS))
-            if _chains_stored(heads, chains_of(doc["values"])):
+            if _chains_stored(heads, chains_of(doc["values"])) and (
+                yield from self._still_named(key, named - inserted, mine)
+            ):
                 return
         yield from self._take_back(key, parent_id, inserted, mine)
+
+    def _still_named(
+        self, key: Mapping[str, str], borrowed: set[Any], mine: bool
+    ) -> Operation[bool]:
+        """Whether every value in ``borrowed`` (named by the checkpoint ``key``, not inserted
+        by this call) is named by a stored checkpoint other than one this call inserted
+        (``mine``): with its parent absent, a value no stored checkpoint names is one
+        ``delete_thread`` is about to delete."""
+        if not borrowed:
+            return True
+        query: dict[str, Any] = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "$or": [
+                {"values": {"$elemMatch": {"channel": ch, "version": v}}}
+                for _, _, ch, v in sorted(borrowed, key=repr)
+            ],
+        }
+        if mine:
+            query["checkpoint_id"] = {"$ne": key["checkpoint_id"]}
+        found = yield from find(CHECKPOINTS, query, projection=SKELETON)
+        return borrowed <= needed_values(found)
 
     def _take_back(
         self, key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool
@@ -471,7 +496,9 @@ class CheckpointOperations:
         unknown = {
             ch: versions[ch]
             for ch, v in values.items()
-            if ch not in new_versions and is_list(v) and ch in versions
+            if ch not in new_versions
+            and is_list(v)
+            and ch in versions
             and (chains.get(ch) or [None])[-1] != versions[ch]
         }
         if not unknown:
@@ -729,9 +756,7 @@ def _is_delta_head(doc: Mapping[str, Any]) -> bool:
     return doc.get("part", 0) == 0 and "base" in doc
 
 
-def _chains_stored(
-    heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]
-) -> bool:
+def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
     """Whether every version ``chains`` name has a stored, unmarked head (``heads``) whose
     base is the version before it in its chain (none for the first)."""
     by_key = {(h["channel"], h["version"]): h for h in heads}

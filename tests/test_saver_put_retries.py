@@ -25,6 +25,7 @@ from mongo_ckpt.tombstones import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api, assert_no_orphans
+from tests.test_saver_fork_races import Stepper
 
 T = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -391,3 +392,18 @@ async def test_a_version_other_checkpoints_name_keeps_its_first_value(api: Api) 
     for config in configs[1:]:
         assert (await api.get_tuple(config)).checkpoint["channel_values"] == {"step": 0}
     await assert_no_orphans(api)
+
+
+async def test_put_between_delete_threads_calls_is_refused(api: Api) -> None:
+    """``delete_thread`` deletes the checkpoints, then the values: a put landing in
+    between finds its parent absent and values no stored checkpoint names, and is refused
+    (never stored naming values about to go)."""
+    thread = await three(api)
+    deleting = Stepper(api, api.saver.ops.delete_thread("t"))
+    await deleting.step()  # the checkpoints are gone, their values not yet
+    with pytest.raises(StaleParentError):
+        await thread.put(api, [msg(i) for i in range(4)])
+    await deleting.finish()
+    assert deleting.raised is None
+    assert await api.get_tuple(T) is None
+    assert await api.count(BLOBS, {DOOMED: {"$exists": False}}) == 0
