@@ -17,8 +17,8 @@ def patch_mongomock_bulk() -> None:
     import mongomock
     import mongomock.collection
 
-    if not getattr(mongomock.utcnow, "_milliseconds", False):
-        mongomock.utcnow = _milliseconds(mongomock.utcnow)
+    if not getattr(mongomock.utcnow, "_milliseconds", False):  # type: ignore[attr-defined]
+        mongomock.utcnow = _milliseconds(mongomock.utcnow)  # type: ignore[attr-defined]
 
     builder = mongomock.collection.BulkOperationBuilder
     if not getattr(builder.execute, "_indexes_upserts", False):
