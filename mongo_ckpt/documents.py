@@ -155,9 +155,10 @@ def blob_requests(
 
     A channel in ``deltas`` is stored as its new tail, the head naming the base.
 
-    A version is written once: the head is inserted, never replaced, so a retried
-    put with different bytes for the same version reads back the first whole value.
-    Parts are keyed by the value's digest, so the two attempts never mix.
+    A version is written once: the head is inserted, never replaced (``heads`` says
+    which request writes each head, so ``put`` learns which it inserted and names the
+    stored value of the others). Parts are keyed by the value's digest, so two attempts
+    never mix.
     """
     out = ValueWrites()
     for channel, version in new_versions.items():

@@ -15,6 +15,7 @@ from bson import ObjectId
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, MessagesState, StateGraph
 from pymongo.errors import AutoReconnect
 
@@ -28,6 +29,7 @@ from tests.saver_support import Api, assert_no_orphans
 from tests.test_saver_fork_races import Stepper
 
 T = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef" * 2)
 
 
 class LoseReply(_Wrapper):
@@ -407,3 +409,22 @@ async def test_put_between_delete_threads_calls_is_refused(api: Api) -> None:
     assert deleting.raised is None
     assert await api.get_tuple(T) is None
     assert await api.count(BLOBS, {DOOMED: {"$exists": False}}) == 0
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-value", "other-value"])
+async def test_encrypted_retry_compares_plain_values(api: Api, same: bool) -> None:
+    """With ``EncryptedSerializer`` each attempt's stored bytes differ: a retry is judged
+    by the values, so the same value is accepted and another one refused."""
+    secret = api.reopened(serde=ENCRYPTED)
+    thread = await three(secret)
+    config, checkpoint, metadata, new = thread.prepare([msg(i) for i in range(4)])
+    await lost_reply(secret, BLOBS, lambda: secret.put(config, checkpoint, metadata, new))
+    restarted = api.reopened(serde=ENCRYPTED)
+    if same:
+        await restarted.put(config, checkpoint, metadata, new)
+    else:
+        values = {**checkpoint["channel_values"], "messages": [msg(0), msg(9)]}
+        with pytest.raises(ConflictingValueError):
+            await restarted.put(config, {**checkpoint, "channel_values": values}, metadata, new)
+        del thread.expected[checkpoint["id"]]
+    await thread.check(restarted)
