@@ -10,7 +10,6 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from mongo_ckpt.listdelta import (
-    CACHE_BYTES,
     DIGEST_SIZE,
     LINK_BYTES,
     THREAD_BYTES,
@@ -91,7 +90,3 @@ def test_a_chain_larger_than_the_budget_is_not_kept() -> None:
     assert deltas.cached_bytes == 0
     assert not any(p.deltas for p in plans)
 
-
-def test_default_budget() -> None:
-    assert CACHE_BYTES == 32 * 2**20
-    assert ListDeltas().cached_bytes == 0
