@@ -2,6 +2,7 @@
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
+from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
@@ -12,6 +13,7 @@ from mongo_ckpt.tombstones import StaleParentError
 __all__ = [
     "AsyncMongoDBSaver",
     "ClientClosedError",
+    "ConflictingValueError",
     "MissingHistoryError",
     "MissingValueError",
     "MongoDBSaver",

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
+from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import schema, tombstones
 from mongo_ckpt.calls import (
@@ -38,7 +39,6 @@ from mongo_ckpt.calls import (
     find_cursor,
     next_batch,
     update_many,
-    update_one,
 )
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.delta import (
@@ -50,10 +50,12 @@ from mongo_ckpt.delta import (
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
+    ConflictingValueError,
     ValueWrites,
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
+    checkpoint_update,
     write_requests,
 )
 from mongo_ckpt.identifiers import check_limit, coerce_id, coerce_ids, thread_key
@@ -69,7 +71,15 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
-from mongo_ckpt.listdelta import ListDeltas
+from mongo_ckpt.listdelta import (
+    ListDeltas,
+    Plan,
+    chains_of,
+    is_list,
+    same_value,
+    stored_chain,
+    values_entries,
+)
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -103,7 +113,7 @@ SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "r
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
-DOOMED = tombstones.DOOMED
+DOOMED, DOOMED_AT = tombstones.DOOMED, tombstones.DOOMED_AT
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
@@ -341,12 +351,15 @@ class CheckpointOperations:
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
         values = checkpoint["channel_values"]
-        parent_chains = yield from self._parent_chains(key, parent_id, values, new_versions)
+        versions = checkpoint["channel_versions"]
+        parent_chains = yield from self._parent_chains(
+            key, parent_id, values, versions, new_versions
+        )
         plan = self.deltas.plan(
             (thread_id, checkpoint_ns, checkpoint_id),
             parent_id,
             values,
-            checkpoint["channel_versions"],
+            versions,
             new_versions,
             self.serde,
             parent_chains,
@@ -358,37 +371,150 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
+        inserted: set[Any] = set()
         if blobs.requests:  # values first: a reader never sees a checkpoint without its values
-            yield from _write_values(BLOBS, BLOB_KEY, blobs)
+            result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
+            inserted = {blobs.heads[i] for i in result.upserted_ids or () if i in blobs.heads}
+            found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
+            if found:  # stored by an earlier attempt: the stored value is the truth
+                yield from self._adopt_stored(key, plan, values, found, inserted)
+                doc["values"] = values_entries(plan.chains)
+        write = UpdateOne(key, checkpoint_update(doc), upsert=True)
         if parent_id is None:
-            yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
+            yield from bulk_write(CHECKPOINTS, [write], ordered=True)
         else:
             # The checkpoint, then a probe of its parent: a parent deleted, or tombstoned
             # by maintenance about to delete it, takes the checkpoint back (``tombstones``).
-            write = UpdateOne(key, {"$set": doc}, upsert=True)
-            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id}, _now())
+            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id})
             result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
             if not tombstones.parent_found(result):
-                yield from self._take_back(key, parent_id, new_versions, values)
+                mine = 0 in (result.upserted_ids or ())  # this call inserted the checkpoint
+                yield from self._judge_parent(key, parent_id, doc, inserted, mine)
         self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
-    def _take_back(
+    def _adopt_stored(
+        self,
+        key: Mapping[str, str],
+        plan: Plan,
+        values: Mapping[str, Any],
+        found: Mapping[str, Any],
+        inserted: set[Any],
+    ) -> Operation[None]:
+        """Name the stored chains of the values in ``found`` (channel: version), whose heads
+        existed before this call. A value other than the stored one is refused (unless
+        another checkpoint names that version), leaving the values this call ``inserted``
+        marked for maintenance."""
+        thread_id, checkpoint_ns = key["thread_id"], key["checkpoint_ns"]
+        loaded = yield from self._stored_values(thread_id, checkpoint_ns, found)
+        for channel, version in found.items():
+            try:
+                stored = loaded.value(thread_id, checkpoint_ns, channel, version)
+            except MissingValueError:
+                yield from _mark_values(inserted)
+                raise
+            chain = stored_chain(loaded.blobs, (thread_id, checkpoint_ns, channel, version))
+            assert chain is not None  # the value was rebuilt from it
+            if not same_value(self.serde, values[channel], stored) and not (
+                yield from self._named_elsewhere(key, channel, version)
+            ):
+                yield from _mark_values(inserted)
+                raise ConflictingValueError(thread_id, checkpoint_ns, channel, version)
+            plan.adopt(channel, chain)
+
+    def _named_elsewhere(
+        self, key: Mapping[str, str], channel: str, version: Any
+    ) -> Operation[bool]:
+        """Whether a checkpoint other than ``key`` names the value ``(channel, version)``:
+        then that version is the thread's history, which keeps its first value (the put
+        reuses a version rather than retrying a put)."""
+        query = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "checkpoint_id": {"$ne": key["checkpoint_id"]},
+            "values": {"$elemMatch": {"channel": channel, "version": version}},
+        }
+        found = yield from find(CHECKPOINTS, query, projection={"_id": 1}, limit=1)
+        return bool(found)
+
+    def _stored_values(
+        self, thread_id: str, checkpoint_ns: str, versions: Mapping[str, Any]
+    ) -> Operation[Loaded]:
+        """The stored documents of ``versions`` (channel: version) and of the list-delta bases
+        they are rebuilt from, read hop by hop: only retries and missing parents come here."""
+        docs: builtins.list[Document] = []
+        todo = {(thread_id, checkpoint_ns, ch, v) for ch, v in versions.items()}
+        asked: set[Any] = set()
+        while todo:
+            asked |= todo
+            found = yield from find(BLOBS, blob_keys_query(todo))
+            docs += found
+            bases = {(*key_of(d, BLOB_KEY)[:3], d["base"]) for d in found if _is_delta_head(d)}
+            todo = bases - asked
+        return Loaded(self.serde, docs, ())
+
+    def _judge_parent(
         self,
         key: Mapping[str, str],
         parent_id: str,
-        new_versions: ChannelVersions,
-        values: Mapping[str, Any],
+        doc: Mapping[str, Any],
+        inserted: set[Any],
+        mine: bool,
     ) -> Operation[None]:
-        """Delete a checkpoint whose parent is gone, leave the values it wrote marked for
-        maintenance (which keeps any a stored checkpoint names), raise ``StaleParentError``."""
-        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
-        yield from delete_many(CHECKPOINTS, key)
-        written: set[Any] = {
-            (thread_id, checkpoint_ns, ch, v) for ch, v in new_versions.items() if ch in values
+        """After a probe that missed the parent: accept a parent whose tombstone expired (on
+        the server's clock), or one never stored when every value the checkpoint names is
+        stored, unmarked, with the chain it names (and, unless this call inserted it, named
+        by another stored checkpoint), and no DeltaChannel replays history; otherwise take
+        the checkpoint back (``mine``: this call inserted it)."""
+        parent = {**key, "checkpoint_id": parent_id}
+        found = yield from find(CHECKPOINTS, parent, projection=_fields((DOOMED, DOOMED_AT)))
+        if found:
+            if not tombstones.is_live(found[0], (yield from server_now())):
+                return
+        elif not doc["replay"]:
+            named = needed_values([doc])
+            heads: builtins.list[Document] = []
+            if named:
+                query = {**blob_keys_query(named), "part": 0}
+                heads = yield from find(BLOBS, query, projection=_fields(HEAD_FIELDS))
+            if _chains_stored(heads, chains_of(doc["values"])) and (
+                yield from self._still_named(key, named - inserted, mine)
+            ):
+                return
+        yield from self._take_back(key, parent_id, inserted, mine)
+
+    def _still_named(
+        self, key: Mapping[str, str], borrowed: set[Any], mine: bool
+    ) -> Operation[bool]:
+        """Whether every value in ``borrowed`` (named by the checkpoint ``key``, not inserted
+        by this call) is named by a stored checkpoint other than one this call inserted
+        (``mine``): with its parent absent, a value no stored checkpoint names is one
+        ``delete_thread`` is about to delete."""
+        if not borrowed:
+            return True
+        query: dict[str, Any] = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "$or": [
+                {"values": {"$elemMatch": {"channel": ch, "version": v}}}
+                for _, _, ch, v in sorted(borrowed, key=repr)
+            ],
         }
-        if written:
-            yield from update_many(BLOBS, blob_keys_query(written), {"$set": {DOOMED: True}})
+        if mine:
+            query["checkpoint_id"] = {"$ne": key["checkpoint_id"]}
+        found = yield from find(CHECKPOINTS, query, projection=SKELETON)
+        return borrowed <= needed_values(found)
+
+    def _take_back(
+        self, key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool
+    ) -> Operation[None]:
+        """Delete the checkpoint if this call inserted it (``mine``), leave the values it
+        inserted marked for maintenance (which keeps any a stored checkpoint names), raise
+        ``StaleParentError``."""
+        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
+        if mine:
+            yield from delete_many(CHECKPOINTS, key)
+        yield from _mark_values(inserted)
         raise tombstones.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
 
     def _parent_chains(
@@ -396,10 +522,13 @@ class CheckpointOperations:
         key: Mapping[str, str],
         parent_id: str | None,
         values: Mapping[str, Any],
+        versions: Mapping[str, Any],
         new_versions: ChannelVersions,
     ) -> Operation[dict[str, builtins.list[Any]] | None]:
-        """The chains the parent checkpoint names, when an unchanged list value needs them:
-        from memory when this instance read or wrote the parent, else from one ``find``."""
+        """The chains of unchanged list values: those the parent checkpoint names, from
+        memory when this instance read or wrote the parent, else from one ``find``; a
+        chain the parent does not name (a parent never stored, or gone) is read from the
+        stored values."""
         if parent_id is None or not self.deltas.needs_parent(values, new_versions):
             return None
         parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
@@ -409,8 +538,23 @@ class CheckpointOperations:
             docs = yield from find(CHECKPOINTS, query, projection=SKELETON)
             for doc in docs:
                 self.deltas.remember(doc)
-            chains = self.deltas.known_chains(parent)
-        return chains
+            chains = self.deltas.known_chains(parent) or {}
+        unknown = {
+            ch: versions[ch]
+            for ch, v in values.items()
+            if ch not in new_versions
+            and is_list(v)
+            and ch in versions
+            and (chains.get(ch) or [None])[-1] != versions[ch]
+        }
+        if not unknown:
+            return chains
+        loaded = yield from self._stored_values(key["thread_id"], key["checkpoint_ns"], unknown)
+        stored = {
+            ch: stored_chain(loaded.blobs, (key["thread_id"], key["checkpoint_ns"], ch, v))
+            for ch, v in unknown.items()
+        }
+        return {**chains, **{ch: chain for ch, chain in stored.items() if chain}}
 
     def put_writes(
         self,
@@ -720,17 +864,44 @@ def _fields(names: Iterable[str]) -> dict[str, int]:
     return {name: 1 for name in names}
 
 
+HEAD_FIELDS = (*BLOB_KEY, "base", DOOMED)
+
+
+def _is_delta_head(doc: Mapping[str, Any]) -> bool:
+    return doc.get("part", 0) == 0 and "base" in doc
+
+
+def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether every version ``chains`` name has a stored, unmarked head (``heads``) whose
+    base is the version before it in its chain (none for the first)."""
+    by_key = {(h["channel"], h["version"]): h for h in heads}
+    for channel, chain in chains.items():
+        for position, version in enumerate(chain):
+            head = by_key.get((channel, version))
+            if head is None or head.get(DOOMED):
+                return False
+            if head.get("base") != (chain[position - 1] if position else None):
+                return False
+    return True
+
+
+def _mark_values(keys: set[Any]) -> Operation[None]:
+    """Mark the values of exact ``(thread, ns, channel, version)`` keys for maintenance."""
+    if keys:
+        yield from update_many(BLOBS, blob_keys_query(keys), {"$set": {DOOMED: True}})
+
+
 def _write_values(
     collection: str, key_fields: tuple[str, ...], writes: ValueWrites
-) -> Operation[None]:
+) -> Operation[BulkWriteResult]:
     """Write values in one ordered bulk write, so each head lands after its parts.
 
     Values in several parts then cost one ``find`` of their part ids, and parts left by a
     cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
     """
-    yield from bulk_write(collection, writes.requests, ordered=True)
+    result = yield from bulk_write(collection, writes.requests, ordered=True)
     if not writes.multipart:
-        return
+        return result
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
     docs = yield from find(collection, query, projection=projection)
@@ -738,6 +909,7 @@ def _write_values(
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
+    return result
 
 
 def _now() -> datetime:
