@@ -11,11 +11,19 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from mongo_ckpt.cli.options import Target, open_client, saver_on, target_options
+from mongo_ckpt.cli.options import (
+    Target,
+    collection_name,
+    database_name,
+    open_client,
+    saver_on,
+    target_options,
+)
+from mongo_ckpt.cli.output import console
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
     DEFAULT_BATCH,
@@ -57,14 +65,14 @@ def _bar(label: str, quiet: bool) -> Iterator[Any]:
         yield update
 
 
-def _source_collections(value: str) -> tuple[str, str]:
+def _source_collections(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
     names = [n.strip() for n in value.split(",")]
     if len(names) != 2 or not all(names):
         raise click.BadParameter(
-            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}",
-            param_hint="--source-collections",
+            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}"
         )
-    return names[0], names[1]
+    checkpoints, writes = (collection_name(ctx, param, name) for name in names)
+    return checkpoints, writes
 
 
 @click.command(
@@ -87,12 +95,14 @@ def _source_collections(value: str) -> tuple[str, str]:
     "--source-db",
     default=DEFAULT_DB_NAME,
     show_default=True,
+    callback=database_name,
     help="Database of the official collections.",
 )
 @click.option(
     "--source-collections",
     default=f"{DEFAULT_CHECKPOINTS},{DEFAULT_WRITES}",
     show_default=True,
+    callback=_source_collections,
     help="The official checkpoints and writes collections, comma-separated.",
 )
 @click.option(
@@ -109,7 +119,7 @@ def migrate(
     target: Target,
     from_official: bool,
     source_db: str,
-    source_collections: str,
+    source_collections: tuple[str, str],
     batch: int,
     verify: bool,
     restart: bool,
@@ -117,7 +127,7 @@ def migrate(
     """Run the migration, then the verification if asked; exit code 1 on mismatches."""
     if not from_official:  # the only source there is; required so the command says so
         raise click.UsageError("say what to migrate from: --from-official")
-    source = Source(source_db, *_source_collections(source_collections))
+    source = Source(source_db, *source_collections)
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
     with open_client(target) as client:
         saver = saver_on(client, target)
@@ -155,7 +165,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    console = Console()
+    out = console()
     table = Table(
         title=f"langgraph-checkpoint-mongodb {report['source']['db']} -> "
         f"mongo-ckpt {report['target']['db']}"
@@ -176,16 +186,16 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             str(v["seconds"]),
             str(len(v["mismatches"])),
         )
-    console.print(table)
+    out.print(table)
     mismatches = report.get("verified", {}).get("mismatches", [])
     for mismatch in mismatches[:SHOWN_MISMATCHES]:
         where = (
             f"thread {mismatch['thread_id']!r} ns {mismatch['checkpoint_ns']!r} "
             f"checkpoint {mismatch['checkpoint_id']!r}: {mismatch['field']}: {mismatch['detail']}"
         )
-        console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
+        out.print(Text("mismatch", style="red"), where, soft_wrap=True)
     if len(mismatches) > SHOWN_MISMATCHES:
-        console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+        out.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
 
 
 @click.command(
