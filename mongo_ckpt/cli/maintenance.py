@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from mongo_ckpt import inspection
-from mongo_ckpt.cli.options import FiniteFloat, Session, Target, open_session, target_options
+from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
 from mongo_ckpt.cli.output import console, emit_json, table
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 
@@ -36,7 +36,8 @@ def yes_option(command: F) -> F:
 def idle_option(command: F) -> F:
     return click.option(
         "--idle-days",
-        type=FiniteFloat(),
+        type=click.FloatRange(0, min_open=True),
+        callback=finite,
         default=None,
         help="Select every thread without a checkpoint in this many days.",
     )(command)

@@ -54,21 +54,11 @@ def collection_name(ctx: click.Context, param: click.Parameter, value: str) -> s
     return value
 
 
-class FiniteFloat(click.ParamType):
-    """A positive, finite number (``nan`` and ``inf`` are refused)."""
-
-    name = "number"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number <= 0:
-            self.fail(f"{value!r} is not a positive, finite number", param, ctx)
-        return number
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A click callback: refuses ``nan`` and ``inf``, which a ``FloatRange`` lets through."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number")
+    return value
 
 
 @dataclass
