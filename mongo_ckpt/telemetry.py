@@ -141,7 +141,7 @@ class OperationTracer:
         for namespace in namespaces:
             labels = [str(label) for label in namespace]
             whole = self.identifier(".".join(labels)) or OMITTED
-            for form in (repr(tuple(labels)), repr(labels), json.dumps(labels)):
+            for form in (repr(tuple(labels)), repr(labels), json.dumps(labels), ".".join(labels)):
                 shown[form] = whole
             for label in labels:
                 shown.update(dict.fromkeys(_forms(label), self.identifier(label) or OMITTED))

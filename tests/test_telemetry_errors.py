@@ -159,3 +159,24 @@ def test_plain_spans_keep_the_message_without_credentials(client: Any, db_name: 
     for text in (span.status.description, *map(str, event.attributes.values())):
         assert PASSWORD not in text
     assert "mongodb://admin:***@db.example:27017/" in span.status.description
+
+
+@pytest.mark.parametrize("identifiers", ["omit", "hash"])
+def test_namespaces_and_threads_are_replaced_in_every_form(identifiers: str) -> None:
+    provider = TracerProvider()
+    tracer = Tracing(provider, identifiers=identifiers, hash_key=KEY).tracer("db")  # type: ignore[arg-type]
+    assert tracer is not None
+    namespace = ("users", LABEL)
+    text = (
+        f"namespace {namespace!r} / {list(namespace)!r} / users.{LABEL} / label {LABEL!r}; "
+        f"thread {OTHER!r}, as JSON \"bob's \\u001b thread\", at mongodb://u:{PASSWORD}@h/"
+    )
+    out = tracer.scrubbed(text, [OTHER], [namespace])
+    for secret in (LABEL, "bob's", PASSWORD):
+        assert secret not in out, out
+    if identifiers == "hash":
+        whole = _hash(f"users.{LABEL}")
+        assert out.count(whole) == 3 and _hash(LABEL) in out and out.count(_hash(OTHER)) == 2
+    else:
+        assert out.count(OMITTED) == 6
+    assert "mongodb://u:***@h/" in out
