@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -72,6 +73,9 @@ def database(client: Any, db: str) -> dict[str, list[Any]]:
 @pytest.fixture
 def hostile(client: Any, db_name: str) -> Iterator[tuple[str, list[str]]]:
     ids = write_hostile(MongoDBSaver(client, db_name))
+    # Idle for a year, for --idle-days.
+    idle = {"$set": {"created_at": datetime.now(timezone.utc) - timedelta(days=365)}}
+    client[db_name]["checkpoints"].update_many({}, idle)
     yield db_name, ids
     client.drop_database(db_name)
 
@@ -93,7 +97,7 @@ def commands(db: str, ids: list[str]) -> dict[str, list[str]]:
         "delete": ["delete", THREAD, "--dry-run", *target],
         "copy": ["copy", THREAD, f"copy{HOSTILE}", "--dry-run", *target],
         "prune": ["prune", THREAD, "--dry-run", *target],
-        "prune --idle-days": ["prune", "--idle-days", "0.000001", "--dry-run", *target],
+        "prune --idle-days": ["prune", "--idle-days", "30", "--dry-run", *target],
     }
 
 
