@@ -430,15 +430,21 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
 def _thread_of(operation: Operation[Any]) -> dict[str, Any]:
     """The thread id and checkpoint namespace ``operation`` was called with, if any
-    (invalid ones too: the operation itself refuses them)."""
+    (invalid ones too: the operation itself refuses them), and the other threads it names
+    (a copy's target, a prune's threads)."""
     args = arguments(operation)
     config = args.get("config")
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping):
         configurable = {}
+    listed = args.get("thread_ids")
     return {
         "thread_id": configurable.get(
             "thread_id", args.get("thread_id", args.get("source_thread_id"))
         ),
         "checkpoint_ns": configurable.get("checkpoint_ns", "") if configurable else None,
+        "thread_ids": [
+            *([args["target_thread_id"]] if "target_thread_id" in args else []),
+            *(listed if isinstance(listed, (list, tuple, set)) else []),
+        ],
     }

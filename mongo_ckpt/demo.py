@@ -35,6 +35,7 @@ from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.redaction import redacted
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
 THREAD = "demo"
@@ -211,7 +212,7 @@ def open_client(uri: str | None) -> tuple[Any, str]:
         from pymongo import AsyncMongoClient
 
         # Shown without credentials and options.
-        where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
+        where = redacted(uri, uri).split("?")[0].rstrip("/")
         options: dict[str, Any] = {"serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS}
         if "timeoutms" not in uri.lower():
             options["timeoutMS"] = DEFAULT_TIMEOUT_MS

@@ -18,9 +18,15 @@ marker and reported at the end; a rerun tries the skipped threads again, and
 Versions: the official saver numbers channel versions 1, 2, 3... per thread, so two
 branches forked from one checkpoint reuse a number for different values; mongo-ckpt
 keys values by version. A numeric version becomes mongo-ckpt's zero-padded string,
-and, for a channel with a value, gets a digest of that value as its tail, so equal
+and, for a channel with a value, gets a tail telling its values apart, so equal
 numbers with different values never share a document (``versions_seen`` is mapped
-the same way, which keeps every comparison LangGraph makes unchanged).
+the same way, which keeps every comparison LangGraph makes unchanged). The tail is an
+HMAC, under a secret key, of the value and where it is (thread, namespace, channel,
+number): the same value at the same place gets the same version in every checkpoint and
+on every rerun, while a reader without the key can neither test a guessed value against
+it nor see that two threads hold equal values. The key is drawn at random by the first
+run and kept in the progress marker, serialized with the saver's ``serde`` (so encrypted
+with ``EncryptedSerializer``).
 
 ``verify_migration`` reads every migrated thread back through the saver and compares
 it with the source: ids, parents, metadata and pending writes of every checkpoint,
@@ -29,11 +35,15 @@ and the channel values of each namespace's latest one.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from bson import Binary
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -71,16 +81,19 @@ from mongo_ckpt.official import (
     writes_by_checkpoint,
 )
 from mongo_ckpt.operations import CheckpointOperations
-from mongo_ckpt.payload import digest
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SCHEMA
 
 SOURCE_CHECKPOINTS, SOURCE_WRITES = "source_checkpoints", "source_writes"
 DEFAULT_BATCH = 100  # threads per batch
 READ_BATCH = 500  # source checkpoints per cursor step
-# Serializes a value only to digest it: the same value gives the same version string
-# on every run, whatever the saver's (possibly encrypting) serde does.
+# Serializes a value only to key its version tail: the same value gives the same version
+# string on every run, whatever the saver's (possibly encrypting) serde does.
 _PLAIN = JsonPlusSerializer(pickle_fallback=True)
+VERSION_KEY = "version_key"
+"""The marker's field holding the version tails' key (serialized with the saver's serde)."""
+VERSION_KEY_BYTES = 32
+TAIL_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -170,13 +183,20 @@ def _numbered(version: Any) -> str | None:
     return f"{int(version):012}"
 
 
-def value_tail(value: Any) -> str:
-    """Ten hex digits identifying ``value`` (a digest of its plain serialization)."""
-    return digest(*_PLAIN.dumps_typed(value))[:10]
+def value_tail(key: bytes, where: Sequence[str], value: Any) -> str:
+    """Ten hex digits telling ``value`` apart at ``where`` (thread, namespace, channel,
+    number): an HMAC-SHA256 under ``key`` of those and the value's plain serialization."""
+    type_, data = _PLAIN.dumps_typed(value)
+    parts = [p.encode() for p in (*where, type_)] + [data]
+    message = b"".join(len(p).to_bytes(8, "big") + p for p in parts)  # unambiguous
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:TAIL_DIGITS]
 
 
-def convert_versions(checkpoint: Checkpoint) -> Checkpoint:
-    """``checkpoint`` with mongo-ckpt version strings (see the module docstring)."""
+def convert_versions(
+    checkpoint: Checkpoint, key: bytes, thread_id: str, checkpoint_ns: str
+) -> Checkpoint:
+    """``checkpoint`` of ``thread_id``/``checkpoint_ns`` with mongo-ckpt version strings,
+    tails keyed with ``key`` (see the module docstring)."""
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
     mapped: dict[str, Any] = {}
@@ -185,7 +205,8 @@ def convert_versions(checkpoint: Checkpoint) -> Checkpoint:
         if number is None:
             mapped[channel] = version
         elif channel in values:
-            mapped[channel] = f"{number}.{value_tail(values[channel])}"
+            where = (thread_id, checkpoint_ns, channel, number)
+            mapped[channel] = f"{number}.{value_tail(key, where, values[channel])}"
         else:
             mapped[channel] = number
 
@@ -225,14 +246,16 @@ def convert(
     ops: CheckpointOperations,
     checkpoints: Sequence[OfficialCheckpoint],
     writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+    version_key: bytes,
 ) -> Requests:
-    """Target requests for the checkpoints and writes of some whole threads; raises
-    ``Unconvertible`` for a checkpoint mongo-ckpt cannot store."""
+    """Target requests for the checkpoints and writes of some whole threads, version tails
+    keyed with ``version_key``; raises ``Unconvertible`` for a checkpoint mongo-ckpt cannot
+    store."""
     out = Requests()
     stored: set[tuple[str, str, str, Any]] = set()
     for cp in checkpoints:
         try:
-            out.checkpoints.append(_convert_checkpoint(ops, cp, stored, out))
+            out.checkpoints.append(_convert_checkpoint(ops, cp, stored, out, version_key))
         except ValueError as exc:
             raise Unconvertible(cp, str(exc)) from exc
     for (thread_id, ns, checkpoint_id), group in writes.items():
@@ -265,10 +288,11 @@ def _convert_checkpoint(
     cp: OfficialCheckpoint,
     stored: set[tuple[str, str, str, Any]],
     out: Requests,
+    version_key: bytes,
 ) -> WriteRequest:
     """The checkpoint's upsert; the requests of its values not in ``stored`` go to ``out``."""
     key = dict(zip(CHECKPOINT_KEY, (cp.thread_id, cp.checkpoint_ns, cp.checkpoint_id)))
-    checkpoint = convert_versions(cp.checkpoint)
+    checkpoint = convert_versions(cp.checkpoint, version_key, cp.thread_id, cp.checkpoint_ns)
     versions = checkpoint["channel_versions"]
     new = {}
     for channel in checkpoint["channel_values"]:
@@ -292,6 +316,7 @@ def convert_threads(
     ops: CheckpointOperations,
     threads: Mapping[str, Sequence[OfficialCheckpoint]],
     writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+    version_key: bytes,
 ) -> tuple[Requests, list[Skip]]:
     """``convert`` thread by thread: the requests of the threads that convert, and a
     ``Skip`` for each that does not (none of its documents is written)."""
@@ -301,7 +326,7 @@ def convert_threads(
         by_thread.setdefault(key[0], {})[key] = group
     for thread_id, checkpoints in threads.items():
         try:
-            requests = convert(ops, checkpoints, by_thread.get(thread_id, {}))
+            requests = convert(ops, checkpoints, by_thread.get(thread_id, {}), version_key)
         except Unconvertible as exc:
             cp = exc.checkpoint
             skip = Skip(thread_id, cp.checkpoint_ns, cp.checkpoint_id, exc.reason, len(checkpoints))
@@ -351,8 +376,10 @@ def migration(
     progress: ProgressCallback | None,
 ) -> Operation[Progress]:
     """The migration as a ``calls.Operation`` (see the module docstring)."""
-    marker = None if restart else (yield from find_one(SCHEMA, {"_id": source.marker}))
-    done = Progress.from_marker((marker or {}).get("progress", {}))
+    # The marker keeps the version key, which a restart keeps too; only progress restarts.
+    marker = yield from find_one(SCHEMA, {"_id": source.marker})
+    version_key = yield from _version_key(ops, source, marker)
+    done = Progress.from_marker({} if restart else (marker or {}).get("progress", {}))
     done.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
     query: dict[str, Any] = {}
     if done.last_thread is not None:
@@ -370,7 +397,7 @@ def migration(
             thread_id: [load_checkpoint(ops.serde, d) for d in docs]
             for thread_id, docs in threads.items()
         }
-        requests, skipped = convert_threads(ops, checkpoints, writes)
+        requests, skipped = convert_threads(ops, checkpoints, writes, version_key)
         # Values and writes first, checkpoints last, as ``put`` does; ordered, so each
         # value's head comes after its parts.
         for logical, batch_requests in (
@@ -396,6 +423,21 @@ def migration(
 
     yield from _threads(query, batch, migrate)
     return done
+
+
+def _version_key(
+    ops: CheckpointOperations, source: Source, marker: Mapping[str, Any] | None
+) -> Operation[bytes]:
+    """The key of the version tails: the one the marker keeps, else a new random one,
+    stored (serialized with the saver's serde) before anything is migrated with it."""
+    if marker is not None and VERSION_KEY in marker:
+        stored = marker[VERSION_KEY]
+        return bytes(ops.serde.loads_typed((stored["type"], bytes(stored["data"]))))
+    key = secrets.token_bytes(VERSION_KEY_BYTES)
+    type_, data = ops.serde.dumps_typed(key)
+    update = {"$set": {VERSION_KEY: {"type": type_, "data": Binary(data)}}}
+    yield from update_one(SCHEMA, {"_id": source.marker}, update, upsert=True)
+    return key
 
 
 def _collect(operation: Operation[Any]) -> Operation[list[Any]]:

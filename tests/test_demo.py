@@ -170,9 +170,12 @@ def test_demo_on_a_server_prints_what_the_server_holds(
 
 
 async def test_demo_names_the_server_without_credentials() -> None:
-    client, backend = open_client("mongodb://ada:s3cret@127.0.0.1:1/app?authSource=admin")
+    uri = "mongodb://ada:s3%2Fcr%40t@127.0.0.1:1/app?authSource=admin"
+    client, backend = open_client(uri)
     await client.close()
-    assert backend == "Backend: MongoDB at mongodb://127.0.0.1:1/app (PyMongo AsyncMongoClient)."
+    assert backend == (
+        "Backend: MongoDB at mongodb://ada:***@127.0.0.1:1/app (PyMongo AsyncMongoClient)."
+    )
 
 
 def test_demo_explains_how_to_get_the_in_process_backend(capsys: Any, monkeypatch: Any) -> None:

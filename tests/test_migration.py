@@ -237,6 +237,12 @@ def test_migration_cut_and_resumed_gives_the_same_result(
     """Plain values only: encrypted bytes differ on every write, and this compares bytes."""
     official, src = source
     reference = MongoDBSaver(client, f"{db_name}_ref")
+    cut = MongoDBSaver(client, db_name)
+    # Both runs with one version key (a run keeps its key in the progress marker).
+    type_, data = reference.serde.dumps_typed(b"k" * 32)
+    for saver in (reference, cut):
+        marker = {"_id": src.marker, "version_key": {"type": type_, "data": data}}
+        saver.collections["schema"].insert_one(marker)
     calls = Faults(reference.collections)
     migrate_from_official(reference, src, batch=4)
     # Cut the second batch's checkpoints write after two of its documents.
@@ -245,7 +251,6 @@ def test_migration_cut_and_resumed_gives_the_same_result(
         for i, (name, method, _) in enumerate(calls.calls)
         if name == CHECKPOINTS and method == "bulk_write"
     ][1]
-    cut = MongoDBSaver(client, db_name)
     faults = Faults(cut.collections)
     faults.arm(Fault(second, "cut", k=2))
     with pytest.raises(Exception, match="injected"):
@@ -416,13 +421,18 @@ def test_fork_versions_that_the_official_saver_reuses_stay_apart() -> None:
         "versions_seen": {"bot": {"m": 2, "go": 1}},
     }
     two = {**one, "channel_values": {"m": ["b"]}}
-    a, b = convert_versions(one), convert_versions(two)
+    key = b"k" * 32
+    a, b = (convert_versions(c, key, "t", "") for c in (one, two))
     assert a["channel_versions"]["m"] != b["channel_versions"]["m"]
     assert a["channel_versions"]["m"].startswith("000000000002.")
     assert a["channel_versions"]["go"] == "000000000002"  # no value: no tail
     # What a node saw maps exactly as the channel's version, so LangGraph compares the same.
     assert a["versions_seen"]["bot"] == {"m": a["channel_versions"]["m"], "go": "000000000001"}
-    assert convert_versions(one) == a  # the same value gives the same version every run
+    assert convert_versions(one, key, "t", "") == a  # the same value: the same version
+    # Another key, or the same value in another thread, namespace: another tail.
+    for other in (convert_versions(one, b"j" * 32, "t", ""), convert_versions(one, key, "u", ""),
+                  convert_versions(one, key, "t", "sub")):
+        assert other["channel_versions"]["m"] != a["channel_versions"]["m"]
 
 
 def delta_chat_builder() -> StateGraph:

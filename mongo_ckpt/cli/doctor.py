@@ -70,7 +70,7 @@ def doctor(target: Target, fix: bool) -> None:
         out.print(table(None, ("status", "check", "found"), rows))
         problems = [f for f in result if f.fix]
         for f in problems:
-            out.print(f"{MARK[f.status]} {f.check}: {f.fix}", markup=False)
+            out.print(f"{MARK[f.status]} {f.check}: {f.fix}")
         out.print("no problems found" if not problems else f"{len(problems)} problems")
     if failed:
         raise click.exceptions.Exit(1)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from mongo_ckpt import inspection
-from mongo_ckpt.cli.options import Session, Target, open_session, target_options
+from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
 from mongo_ckpt.cli.output import console, emit_json, table
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
@@ -39,6 +39,7 @@ def idle_option(command: F) -> F:
     return click.option(
         "--idle-days",
         type=click.FloatRange(0, min_open=True),
+        callback=finite,
         default=None,
         help="Select every thread without a checkpoint in this many days.",
     )(command)

@@ -11,11 +11,19 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from mongo_ckpt.cli.options import Target, open_client, saver_on, target_options
+from mongo_ckpt.cli.options import (
+    Target,
+    collection_name,
+    database_name,
+    open_client,
+    saver_on,
+    target_options,
+)
+from mongo_ckpt.cli.output import console
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
     DEFAULT_BATCH,
@@ -59,14 +67,14 @@ def _bar(label: str, quiet: bool) -> Iterator[Any]:
         yield update
 
 
-def _source_collections(value: str) -> tuple[str, str]:
+def _source_collections(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
     names = [n.strip() for n in value.split(",")]
     if len(names) != 2 or not all(names):
         raise click.BadParameter(
-            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}",
-            param_hint="--source-collections",
+            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}"
         )
-    return names[0], names[1]
+    checkpoints, writes = (collection_name(ctx, param, name) for name in names)
+    return checkpoints, writes
 
 
 @click.command(
@@ -94,12 +102,14 @@ def _source_collections(value: str) -> tuple[str, str]:
     "--source-db",
     default=DEFAULT_DB_NAME,
     show_default=True,
+    callback=database_name,
     help="Database of the official collections.",
 )
 @click.option(
     "--source-collections",
     default=f"{DEFAULT_CHECKPOINTS},{DEFAULT_WRITES}",
     show_default=True,
+    callback=_source_collections,
     help="The official checkpoints and writes collections, comma-separated.",
 )
 @click.option(
@@ -116,7 +126,7 @@ def migrate(
     target: Target,
     from_official: bool,
     source_db: str,
-    source_collections: str,
+    source_collections: tuple[str, str],
     batch: int,
     verify: bool,
     restart: bool,
@@ -125,7 +135,7 @@ def migrate(
     3 when threads were skipped."""
     if not from_official:  # the only source there is; required so the command says so
         raise click.UsageError("say what to migrate from: --from-official")
-    source = Source(source_db, *_source_collections(source_collections))
+    source = Source(source_db, *source_collections)
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
     with open_client(target) as client:
         saver = saver_on(client, target)
@@ -167,7 +177,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    console = Console()
+    out = console()
     table = Table(
         title=f"langgraph-checkpoint-mongodb {report['source']['db']} -> "
         f"mongo-ckpt {report['target']['db']}"
@@ -193,31 +203,30 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             str(len(v["mismatches"])),
             str(len(v["skipped"])),
         )
-    console.print(table)
+    out.print(table)
     mismatches = report.get("verified", {}).get("mismatches", [])
     for mismatch in mismatches[:SHOWN_MISMATCHES]:
         where = (
             f"thread {mismatch['thread_id']!r} ns {mismatch['checkpoint_ns']!r} "
             f"checkpoint {mismatch['checkpoint_id']!r}: {mismatch['field']}: {mismatch['detail']}"
         )
-        console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
+        out.print(Text("mismatch", style="red"), where, soft_wrap=True)
     if len(mismatches) > SHOWN_MISMATCHES:
-        console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+        out.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
     skipped = m["skipped"]
     if skipped:
         checkpoints = sum(skip["checkpoints"] for skip in skipped)
-        console.print(
-            f"[yellow]{len(skipped)} thread(s) not migrated[/yellow] ({checkpoints} "
-            "checkpoints); the others were. Fix them in the source and run the same command "
-            "again to migrate them:",
-            highlight=False,
+        out.print(
+            Text(f"{len(skipped)} thread(s) not migrated", style="yellow"),
+            f"({checkpoints} checkpoints); the others were. Fix them in the source and run "
+            "the same command again to migrate them:",
         )
     for skip in skipped:  # every one: each is data left behind
         where = (
             f"thread {skip['thread_id']!r} ({skip['checkpoints']} checkpoints): checkpoint "
             f"{skip['checkpoint_id']!r} ns {skip['checkpoint_ns']!r}: {skip['reason']}"
         )
-        console.print(f"[yellow]skipped[/yellow] {escape(where)}", highlight=False, soft_wrap=True)
+        out.print(Text("skipped", style="yellow"), where, soft_wrap=True)
 
 
 @click.command(
