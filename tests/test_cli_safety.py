@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli, main
 from mongo_ckpt.cli.output import visible
+from mongo_ckpt.clock import CLOCK_ID
 from mongo_ckpt.redaction import redacted
 from tests.graphs import chat_builder, thread
 
@@ -63,9 +64,10 @@ def checkpoint_ids(graph: Any, thread_id: str) -> list[str]:
 
 
 def database(client: Any, db: str) -> dict[str, list[Any]]:
-    """Every document of ``db``, by collection: to show that a command changed nothing."""
+    """Every document of ``db``, by collection: to show that a command changed nothing
+    (but the server-clock document, which reading the server's time sets)."""
     return {
-        name: sorted(map(repr, client[db][name].find()))
+        name: sorted(map(repr, client[db][name].find({"_id": {"$ne": CLOCK_ID}})))
         for name in sorted(client[db].list_collection_names())
     }
 
