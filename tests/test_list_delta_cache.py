@@ -23,6 +23,13 @@ THREADS = 160
 PER_THREAD = THREAD_BYTES + MESSAGES * DIGEST_SIZE + 2 * LINK_BYTES  # after two versions
 
 
+def allowed(**options: Any) -> ListDeltas:
+    """A cache whose database allows list deltas (its layout version was read as 4)."""
+    deltas = ListDeltas(**options)
+    deltas.note_layout(True)
+    return deltas
+
+
 def put(deltas: ListDeltas, thread: str, step: int, size: int) -> Plan:
     """Plan and record checkpoint ``step`` of ``thread``: a list of ``size`` strings, the
     previous step's list with elements appended."""
@@ -41,7 +48,7 @@ def grow(deltas: ListDeltas, thread: str, steps: int = 2) -> list[Plan]:
 
 
 def test_a_long_thread_costs_one_compact_digest_per_element() -> None:
-    deltas = ListDeltas()
+    deltas = allowed()
     plans = grow(deltas, "t", steps=4)
     assert [bool(p.deltas) for p in plans] == [False, True, True, True]
     links = len(plans[-1].links["m"].links)  # the 4th version: from the 1st, 3rd and itself
@@ -51,7 +58,7 @@ def test_a_long_thread_costs_one_compact_digest_per_element() -> None:
 
 def test_many_long_threads_stay_within_the_byte_budget() -> None:
     budget = 2**20
-    deltas = ListDeltas(cache_bytes=budget)
+    deltas = allowed(cache_bytes=budget)
     per_thread = PER_THREAD
     gc.collect()
     tracemalloc.start()
@@ -75,7 +82,7 @@ def test_many_long_threads_stay_within_the_byte_budget() -> None:
 
 
 def test_a_read_thread_is_used_recently() -> None:
-    deltas = ListDeltas(cache_bytes=3 * PER_THREAD + PER_THREAD // 2)
+    deltas = allowed(cache_bytes=3 * PER_THREAD + PER_THREAD // 2)
     for n in range(3):
         grow(deltas, f"t{n}")
     assert put(deltas, "t0", 2, MESSAGES + 1).deltas  # t0 becomes the most recent
@@ -85,7 +92,7 @@ def test_a_read_thread_is_used_recently() -> None:
 
 
 def test_a_chain_larger_than_the_budget_is_not_kept() -> None:
-    deltas = ListDeltas(cache_bytes=1000)
+    deltas = allowed(cache_bytes=1000)
     plans: list[Any] = grow(deltas, "t")
     assert deltas.cached_bytes == 0
     assert not any(p.deltas for p in plans)
