@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 
+from mongo_ckpt import maintenance
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import (
     DEFAULT_DB_NAME,
@@ -183,7 +184,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         errors never reach a user's call)."""
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
-            self._start_background(self.ops.sweep_expired(self.ttl), "sweep of expired threads")
+            sweep = maintenance.sweep_expired(self.list_deltas.forget, self.ttl)
+            self._start_background(sweep, "sweep of expired threads")
 
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes and upgrades), unless done already; while
@@ -297,11 +299,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of a thread."""
-        self._run(self.ops.delete_thread(thread_id))
+        self._run(maintenance.delete_thread(self.list_deltas.forget, thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by the given runs."""
-        self._run(self.ops.delete_for_runs(run_ids))
+        self._run(maintenance.delete_for_runs(self.list_deltas.forget, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's complete history (all namespaces, values, writes) to another id."""
@@ -316,7 +318,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
         """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
         in batches; return their ids."""
-        return self._run(self.ops.sweep_expired(self._require_ttl()))
+        return self._run(maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl()))
 
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
@@ -333,7 +335,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
         removes the threads."""
-        self._run(self.ops.prune(thread_ids, strategy))
+        self._run(maintenance.prune(self.list_deltas.forget, thread_ids, strategy))
 
     # -- async API ------------------------------------------------------------
 
@@ -395,11 +397,11 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async ``delete_thread``."""
-        await self._arun(self.ops.delete_thread(thread_id))
+        await self._arun(maintenance.delete_thread(self.list_deltas.forget, thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async ``delete_for_runs``."""
-        await self._arun(self.ops.delete_for_runs(run_ids))
+        await self._arun(maintenance.delete_for_runs(self.list_deltas.forget, run_ids))
 
     async def abackfill_join_keys(self) -> int:
         """Async ``backfill_join_keys``."""
@@ -417,7 +419,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
-        return await self._arun(self.ops.sweep_expired(self._require_ttl()))
+        return await self._arun(
+            maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl())
+        )
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""
@@ -425,7 +429,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
-        await self._arun(self.ops.prune(thread_ids, strategy))
+        await self._arun(maintenance.prune(self.list_deltas.forget, thread_ids, strategy))
 
 
 def _thread_of(operation: Operation[Any]) -> dict[str, Any]:

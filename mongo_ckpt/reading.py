@@ -21,6 +21,8 @@ from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 
 LATEST = [("checkpoint_id", -1)]
+# What maintenance and a put read of a checkpoint: its key, parent, the values it names.
+SKELETON = dict.fromkeys((*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id"), 1)
 Key = tuple[str, ...]
 
 
