@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pymongo.errors import InvalidOperation
 
 from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
+from mongo_ckpt.errors import MongoCkptError
 
 T = TypeVar("T")
 logger = logging.getLogger("mongo_ckpt")
 
 
-class ClientClosedError(RuntimeError):
+class ClientClosedError(MongoCkptError, RuntimeError):
     """The MongoDB client behind a saver or store has been closed."""
 
 

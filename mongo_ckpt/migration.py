@@ -68,6 +68,7 @@ from mongo_ckpt.documents import (
     write_requests,
 )
 from mongo_ckpt.drivers import run
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import BLOBS, CHECKPOINT_KEY, CHECKPOINTS, WRITES
 from mongo_ckpt.official import (
     DEFAULT_CHECKPOINTS,
@@ -275,7 +276,7 @@ def convert(
     return out
 
 
-class Unconvertible(ValueError):
+class Unconvertible(MongoCkptError, ValueError):
     """A source checkpoint mongo-ckpt cannot store; its thread is skipped."""
 
     def __init__(self, checkpoint: OfficialCheckpoint, reason: str) -> None:

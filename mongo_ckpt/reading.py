@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import (
     check_field_name,
     check_filter_value,
@@ -190,7 +191,7 @@ def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
     ]
 
 
-class MissingValueError(LookupError):
+class MissingValueError(MongoCkptError, LookupError):
     """A checkpoint names a channel value whose documents are missing or incomplete.
 
     ``base`` is set when the value is a list delta and the missing document is the

@@ -328,7 +328,9 @@ class StoreOperations:
 
 def _check_page(limit: Any, offset: Any) -> None:
     for name, number in (("limit", limit), ("offset", offset)):
-        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise TypeError(f"{name} must be an int, got {type(number).__name__}: {number!r}")
+        if number < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
     if limit + offset > MAX_LIMIT:  # MongoDB reads skip and limit as 64-bit ints
         raise ValueError(
