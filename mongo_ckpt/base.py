@@ -34,15 +34,13 @@ from mongo_ckpt.listdelta import ListDeltas
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
 from mongo_ckpt.snapshot_distance import SnapshotDistances
-from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
+from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
-# Span names for the operations not named like the public method that runs them.
-_SPAN_NAMES = {"_setup_once": "setup", "delta_channel_history": "get_delta_channel_history"}
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
@@ -164,14 +162,17 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             number = int(current.split(".")[0])
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
-    def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use; in a span when traced."""
+    def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]:
+        """``operation``, preceded by setup on first use; in ``span`` when traced."""
         prepared = self._after_setup(operation)
-        if self._tracer is None:
+        if self._tracer is None or span is None:
             return prepared
-        name = operation_name(operation)
         return self._tracer.traced(
-            f"mongo_ckpt.{_SPAN_NAMES.get(name, name)}", prepared, **_thread_of(operation)
+            f"mongo_ckpt.{span.name}",
+            prepared,
+            thread_id=span.thread_id,
+            checkpoint_ns=span.checkpoint_ns,
+            thread_ids=span.thread_ids,
         )
 
     def _after_setup(self, operation: Operation[T]) -> Operation[T]:
@@ -185,7 +186,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
             sweep = maintenance.sweep_expired(self.list_deltas.forget, self.ttl)
-            self._start_background(sweep, "sweep of expired threads")
+            self._start_background(sweep, "sweep of expired threads", SpanInfo("sweep_expired"))
 
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes and upgrades), unless done already; while
@@ -207,15 +208,21 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-        def _run(self, operation: Operation[T]) -> T: ...
+        def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        def _iter(self, operation: Operation[Any]) -> Iterator[Any]: ...
+        def _iter(
+            self, operation: Operation[Any], span: SpanInfo | None = None
+        ) -> Iterator[Any]: ...
 
-        async def _arun(self, operation: Operation[T]) -> T: ...
+        async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
+        def _aiter(
+            self, operation: Operation[Any], span: SpanInfo | None = None
+        ) -> AsyncIterator[Any]: ...
 
-        def _start_background(self, operation: Operation[Any], what: str) -> None: ...
+        def _start_background(
+            self, operation: Operation[Any], what: str, span: SpanInfo
+        ) -> None: ...
 
         def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
 
@@ -240,7 +247,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            self._run(self._setup_once())
+            self._run(self._setup_once(), SpanInfo("setup"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -253,13 +260,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = None
         try:
-            self._run(self.ops.upgrade())
+            self._run(self.ops.upgrade(), SpanInfo("upgrade"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
-        return self._run(self.ops.get_tuple(config))
+        return self._run(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     def list(
         self,
@@ -270,7 +277,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints matching ``config``/``filter``/``before``, newest first, streamed."""
-        return self._iter(self.ops.list(config, filter, before, limit))
+        return self._iter(
+            self.ops.list(config, filter, before, limit), SpanInfo.of_config("list", config)
+        )
 
     def put(
         self,
@@ -283,7 +292,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
         With a ``ttl``, it then starts the automatic sweep when one is due (``sweep_interval``),
         in the background: ``join_sweep`` waits for it."""
-        stored = self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = self._run(
+            self.ops.put(config, checkpoint, metadata, new_versions),
+            SpanInfo.of_config("put", config),
+        )
         self._sweep_if_due()
         return stored
 
@@ -295,30 +307,48 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes in one bulk write."""
-        self._run(self.ops.put_writes(config, writes, task_id, task_path))
+        self._run(
+            self.ops.put_writes(config, writes, task_id, task_path),
+            SpanInfo.of_config("put_writes", config),
+        )
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of a thread."""
-        self._run(maintenance.delete_thread(self.list_deltas.forget, thread_id))
+        self._run(
+            maintenance.delete_thread(self.list_deltas.forget, thread_id),
+            SpanInfo("delete_thread", thread_id),
+        )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by the given runs."""
-        self._run(maintenance.delete_for_runs(self.list_deltas.forget, run_ids))
+        self._run(
+            maintenance.delete_for_runs(self.list_deltas.forget, run_ids),
+            SpanInfo("delete_for_runs"),
+        )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's complete history (all namespaces, values, writes) to another id."""
-        self._run(self.ops.copy_thread(source_thread_id, target_thread_id))
+        self._run(
+            self.ops.copy_thread(source_thread_id, target_thread_id),
+            SpanInfo("copy_thread", source_thread_id, thread_ids=[target_thread_id]),
+        )
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Writes since each channel's seed, plus the seed value, in one aggregation."""
-        return self._run(self.ops.delta_channel_history(config, channels))
+        return self._run(
+            self.ops.delta_channel_history(config, channels),
+            SpanInfo.of_config("get_delta_channel_history", config),
+        )
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
         """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
         in batches; return their ids."""
-        return self._run(maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl()))
+        return self._run(
+            maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl()),
+            SpanInfo("sweep_expired"),
+        )
 
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
@@ -329,13 +359,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Add the thread-scoped ``join`` key to value and write documents written by an
         earlier version (reads join on it); returns how many documents were updated.
         ``setup`` runs it when it upgrades layout version 1."""
-        return self._run(self.ops.backfill_join_keys())
+        return self._run(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
         removes the threads."""
-        self._run(maintenance.prune(self.list_deltas.forget, thread_ids, strategy))
+        self._run(
+            maintenance.prune(self.list_deltas.forget, thread_ids, strategy),
+            SpanInfo("prune", thread_ids=_listed(thread_ids)),
+        )
 
     # -- async API ------------------------------------------------------------
 
@@ -344,7 +377,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            await self._arun(self._setup_once())
+            await self._arun(self._setup_once(), SpanInfo("setup"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -353,13 +386,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = None
         try:
-            await self._arun(self.ops.upgrade())
+            await self._arun(self.ops.upgrade(), SpanInfo("upgrade"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
-        return await self._arun(self.ops.get_tuple(config))
+        return await self._arun(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     async def alist(
         self,
@@ -370,7 +403,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async ``list``: yields each page as soon as it is loaded."""
-        async for item in self._aiter(self.ops.list(config, filter, before, limit)):
+        async for item in self._aiter(
+            self.ops.list(config, filter, before, limit), SpanInfo.of_config("list", config)
+        ):
             yield item
 
     async def aput(
@@ -381,7 +416,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async ``put``."""
-        stored = await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = await self._arun(
+            self.ops.put(config, checkpoint, metadata, new_versions),
+            SpanInfo.of_config("put", config),
+        )
         self._sweep_if_due()
         return stored
 
@@ -393,35 +431,49 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async ``put_writes``."""
-        await self._arun(self.ops.put_writes(config, writes, task_id, task_path))
+        await self._arun(
+            self.ops.put_writes(config, writes, task_id, task_path),
+            SpanInfo.of_config("put_writes", config),
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async ``delete_thread``."""
-        await self._arun(maintenance.delete_thread(self.list_deltas.forget, thread_id))
+        await self._arun(
+            maintenance.delete_thread(self.list_deltas.forget, thread_id),
+            SpanInfo("delete_thread", thread_id),
+        )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async ``delete_for_runs``."""
-        await self._arun(maintenance.delete_for_runs(self.list_deltas.forget, run_ids))
+        await self._arun(
+            maintenance.delete_for_runs(self.list_deltas.forget, run_ids),
+            SpanInfo("delete_for_runs"),
+        )
 
     async def abackfill_join_keys(self) -> int:
         """Async ``backfill_join_keys``."""
-        return await self._arun(self.ops.backfill_join_keys())
+        return await self._arun(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""
-        await self._arun(self.ops.copy_thread(source_thread_id, target_thread_id))
+        await self._arun(
+            self.ops.copy_thread(source_thread_id, target_thread_id),
+            SpanInfo("copy_thread", source_thread_id, thread_ids=[target_thread_id]),
+        )
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async ``get_delta_channel_history``."""
-        return await self._arun(self.ops.delta_channel_history(config, channels))
+        return await self._arun(
+            self.ops.delta_channel_history(config, channels),
+            SpanInfo.of_config("get_delta_channel_history", config),
+        )
 
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
-        return await self._arun(
-            maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl())
-        )
+        sweep = maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl())
+        return await self._arun(sweep, SpanInfo("sweep_expired"))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""
@@ -429,26 +481,12 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
-        await self._arun(maintenance.prune(self.list_deltas.forget, thread_ids, strategy))
+        await self._arun(
+            maintenance.prune(self.list_deltas.forget, thread_ids, strategy),
+            SpanInfo("prune", thread_ids=_listed(thread_ids)),
+        )
 
 
-def _thread_of(operation: Operation[Any]) -> dict[str, Any]:
-    """The thread id and checkpoint namespace ``operation`` was called with, if any
-    (invalid ones too: the operation itself refuses them), and the other threads it names
-    (a copy's target, a prune's threads)."""
-    args = arguments(operation)
-    config = args.get("config")
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping):
-        configurable = {}
-    listed = args.get("thread_ids")
-    return {
-        "thread_id": configurable.get(
-            "thread_id", args.get("thread_id", args.get("source_thread_id"))
-        ),
-        "checkpoint_ns": configurable.get("checkpoint_ns", "") if configurable else None,
-        "thread_ids": [
-            *([args["target_thread_id"]] if "target_thread_id" in args else []),
-            *(listed if isinstance(listed, (list, tuple, set)) else []),
-        ],
-    }
+def _listed(thread_ids: Any) -> Sequence[Any]:
+    """The threads a prune names, for its span (invalid ones too: the prune refuses them)."""
+    return list(thread_ids) if isinstance(thread_ids, (list, tuple, set)) else []

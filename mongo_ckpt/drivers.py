@@ -19,6 +19,7 @@ from pymongo.errors import InvalidOperation
 
 from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
 from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.telemetry import SpanInfo
 
 T = TypeVar("T")
 logger = logging.getLogger("mongo_ckpt")
@@ -228,15 +229,15 @@ class SyncDriver:
     if TYPE_CHECKING:  # supplied by the class this is mixed into
         collections: dict[str, Any]
 
-        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+        def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]: ...
 
     _background: threading.Thread | None = None
     _background_stop: threading.Event
 
-    def _run(self, operation: Operation[T]) -> T:
-        return run(self.collections, self._prepared(operation))
+    def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return run(self.collections, self._prepared(operation, span))
 
-    def _start_background(self, operation: Operation[Any], what: str) -> None:
+    def _start_background(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         """Run ``operation`` in a daemon thread unless one is running; its error is logged
         on the ``mongo_ckpt`` logger, never raised."""
         with _STARTING:  # puts from several threads: one starts it
@@ -244,7 +245,7 @@ class SyncDriver:
                 operation.close()
                 return
             stop = self._background_stop = threading.Event()
-            prepared = _stoppable(self._prepared(operation), stop.is_set)
+            prepared = _stoppable(self._prepared(operation, span), stop.is_set)
 
             def work() -> None:
                 try:
@@ -270,14 +271,16 @@ class SyncDriver:
     async def _ajoin_background(self, timeout: float | None, *, stop: bool = False) -> bool:
         return await asyncio.to_thread(self._join_background, timeout, stop=stop)
 
-    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
-        return iterate(self.collections, self._prepared(operation))
+    def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
+        return iterate(self.collections, self._prepared(operation, span))
 
-    async def _arun(self, operation: Operation[T]) -> T:
-        return await asyncio.to_thread(self._run, operation)
+    async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return await asyncio.to_thread(self._run, operation, span)
 
-    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
-        items = self._iter(operation)
+    async def _aiter(
+        self, operation: Operation[Any], span: SpanInfo | None = None
+    ) -> AsyncIterator[Any]:
+        items = self._iter(operation, span)
         while (item := await asyncio.to_thread(next, items, _DONE)) is not _DONE:
             yield item
 
@@ -290,7 +293,7 @@ class AsyncDriver:
     if TYPE_CHECKING:  # supplied by the class this is mixed into
         collections: dict[str, Any]
 
-        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+        def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]: ...
 
         def _bind_running_loop(self) -> None: ...
 
@@ -300,11 +303,11 @@ class AsyncDriver:
 
     _background: asyncio.Task[Any] | None = None
 
-    async def _arun(self, operation: Operation[T]) -> T:
+    async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
         self._bind_running_loop()
-        return await arun(self.collections, self._prepared(operation))
+        return await arun(self.collections, self._prepared(operation, span))
 
-    def _start_background(self, operation: Operation[Any], what: str) -> None:
+    def _start_background(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         """Run ``operation`` in a task on the saver's loop unless one is running (called
         from the loop or, for the sync methods, another thread); its error is logged on the
         ``mongo_ckpt`` logger, never raised."""
@@ -314,20 +317,20 @@ class AsyncDriver:
             running = None
         loop = self.loop
         if running is not None and running is loop:
-            self._spawn(operation, what)
+            self._spawn(operation, what, span)
         elif loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(self._spawn, operation, what)
+            loop.call_soon_threadsafe(self._spawn, operation, what, span)
         else:
             operation.close()
 
-    def _spawn(self, operation: Operation[Any], what: str) -> None:
+    def _spawn(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         if self._background is not None and not self._background.done():
             operation.close()
             return
 
         async def work() -> None:
             try:
-                await arun(self.collections, self._prepared(operation))
+                await arun(self.collections, self._prepared(operation, span))
             except Exception:
                 logger.exception("mongo-ckpt %s failed (in the background)", what)
 
@@ -349,16 +352,18 @@ class AsyncDriver:
         """``_ajoin_background`` from another thread."""
         return self._on_loop(self._ajoin_background(timeout, stop=stop))
 
-    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+    async def _aiter(
+        self, operation: Operation[Any], span: SpanInfo | None = None
+    ) -> AsyncIterator[Any]:
         self._bind_running_loop()
-        async for item in aiterate(self.collections, self._prepared(operation)):
+        async for item in aiterate(self.collections, self._prepared(operation, span)):
             yield item
 
-    def _run(self, operation: Operation[T]) -> T:
-        return self._on_loop(self._arun(operation))
+    def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return self._on_loop(self._arun(operation, span))
 
-    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
-        items = self._aiter(operation)
+    def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
+        items = self._aiter(operation, span)
         while True:
             try:
                 yield self._on_loop(_next(items))

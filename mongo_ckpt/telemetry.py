@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import GeneratorType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 
 import bson
@@ -100,14 +98,26 @@ def operation_tracer(tracing: Tracing | None, db_name: str) -> OperationTracer |
     return tracing.tracer(db_name)
 
 
-def arguments(operation: Operation[Any]) -> Mapping[str, Any]:
-    """The arguments ``operation`` was called with (a generator's locals before it starts)."""
-    return inspect.getgeneratorlocals(operation)
+@dataclass(frozen=True)
+class SpanInfo:
+    """What the caller of an operation says its span shows: the name (``get_tuple``,
+    ``store.search``...), the thread and namespace it works on, the other threads it
+    names (a copy's target, a prune's threads) and the store namespaces."""
 
+    name: str
+    thread_id: Any = None
+    checkpoint_ns: Any = None
+    thread_ids: Sequence[Any] = ()
+    namespaces: Iterable[Sequence[str]] = ()
 
-def operation_name(operation: Operation[Any]) -> str:
-    """The name of the function that made ``operation``."""
-    return cast("GeneratorType[Any, Any, Any]", operation).__name__
+    @classmethod
+    def of_config(cls, name: str, config: Any) -> SpanInfo:
+        """The span of an operation on ``config`` (an invalid one too: the operation
+        itself refuses it)."""
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        if not isinstance(configurable, Mapping) or not configurable:
+            return cls(name)
+        return cls(name, configurable.get("thread_id"), configurable.get("checkpoint_ns", ""))
 
 
 class OperationTracer:
