@@ -13,11 +13,11 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo.errors import InvalidOperation
 
-from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
+from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Relay
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.telemetry import SpanInfo
 
@@ -80,74 +80,36 @@ async def aexecute(collections: Mapping[str, Any], step: Call | NextBatch) -> An
         raise _closed(exc) from exc
 
 
-class _Running(Generic[T]):
-    """An operation being run: the part of a driver that does not depend on the client.
-
-    Each step's result is sent back into the operation and each step's error is
-    thrown back into it, at the ``yield`` that issued the step; so the traceback of
-    a failed call names the operation's line, and an operation can handle an error.
-    """
-
-    def __init__(self, operation: Operation[T]) -> None:
-        self._operation = operation
-        self._result: Any = None
-        self._error: Exception | None = None
-        self.value: T  # set when the operation returns
-
-    def next_step(self) -> Step | None:
-        """The operation's next step; ``None`` once it has returned (into ``value``)."""
-        result, error = self._result, self._error
-        self._result = self._error = None
-        try:
-            if error is not None:
-                return self._operation.throw(error)
-            return self._operation.send(result)
-        except StopIteration as stop:
-            self.value = stop.value
-            return None
-
-    def returned(self, result: Any) -> None:
-        """The current step returned ``result``."""
-        self._result = result
-
-    def failed(self, error: Exception) -> None:
-        """The current step raised ``error``."""
-        # The driver's own frame leaves the traceback: it goes on at the operation's line.
-        if error.__traceback__ is not None:
-            error = error.with_traceback(error.__traceback__.tb_next)
-        self._error = error
-
-
 def iterate(collections: Mapping[str, Any], operation: Operation[Any]) -> Iterator[Any]:
     """Run ``operation`` synchronously, yielding what it emits."""
-    return _iterate(collections, _Running(operation))
+    return _iterate(collections, Relay(operation))
 
 
-def _iterate(collections: Mapping[str, Any], running: _Running[Any]) -> Iterator[Any]:
-    while (step := running.next_step()) is not None:
+def _iterate(collections: Mapping[str, Any], relay: Relay[Any]) -> Iterator[Any]:
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
             continue
         try:
-            running.returned(execute(collections, step))
+            relay.returned(execute(collections, step))
         except Exception as exc:
-            running.failed(exc)
+            relay.failed(exc)
 
 
 def aiterate(collections: Mapping[str, Any], operation: Operation[Any]) -> AsyncIterator[Any]:
     """Run ``operation`` asynchronously, yielding what it emits."""
-    return _aiterate(collections, _Running(operation))
+    return _aiterate(collections, Relay(operation))
 
 
-async def _aiterate(collections: Mapping[str, Any], running: _Running[Any]) -> AsyncIterator[Any]:
-    while (step := running.next_step()) is not None:
+async def _aiterate(collections: Mapping[str, Any], relay: Relay[Any]) -> AsyncIterator[Any]:
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
             continue
         try:
-            running.returned(await aexecute(collections, step))
+            relay.returned(await aexecute(collections, step))
         except Exception as exc:
-            running.failed(exc)
+            relay.failed(exc)
 
 
 def _emitted(item: Any) -> TypeError:
@@ -156,18 +118,18 @@ def _emitted(item: Any) -> TypeError:
 
 def run(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` synchronously and return its result."""
-    running = _Running(operation)
-    for item in _iterate(collections, running):
+    relay = Relay(operation)
+    for item in _iterate(collections, relay):
         raise _emitted(item)
-    return running.value
+    return relay.value
 
 
 async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` asynchronously and return its result."""
-    running = _Running(operation)
-    async for item in _aiterate(collections, running):
+    relay = Relay(operation)
+    async for item in _aiterate(collections, relay):
         raise _emitted(item)
-    return running.value
+    return relay.value
 
 
 def run_on_loop(
@@ -205,21 +167,16 @@ _STARTING = threading.Lock()
 def _stoppable(operation: Operation[T], stopped: Callable[[], bool]) -> Operation[T | None]:
     """``operation``, closed before its next step once ``stopped()`` (maintenance is safe to
     cut between any two calls)."""
-    result: Any = None
-    error: Exception | None = None
-    while True:
-        if stopped():
-            operation.close()
-            return None
+    relay = Relay(operation)
+    while not stopped():
+        if (step := relay.next_step()) is None:
+            return relay.value
         try:
-            step = operation.throw(error) if error is not None else operation.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            result = yield step
+            relay.returned((yield step))
         except Exception as exc:
-            error = exc
+            relay.failed(exc)
+    operation.close()
+    return None
 
 
 class SyncDriver:

@@ -52,6 +52,7 @@ from pymongo import UpdateOne
 from mongo_ckpt.calls import (
     Emit,
     Operation,
+    Relay,
     WriteRequest,
     bulk_write,
     count_documents,
@@ -444,17 +445,16 @@ def _version_key(
 def _collect(operation: Operation[Any]) -> Operation[list[Any]]:
     """Run an emitting operation inside another one; return what it emitted."""
     items: list[Any] = []
-    result: Any = None
-    while True:
-        try:
-            step = operation.send(result)
-        except StopIteration:
-            return items
+    relay = Relay(operation)
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             items.append(step.item)
-            result = None
-        else:
-            result = yield step
+            continue
+        try:
+            relay.returned((yield step))
+        except Exception as exc:
+            relay.failed(exc)
+    return items
 
 
 def _short(value: Any) -> str:

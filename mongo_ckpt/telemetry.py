@@ -5,9 +5,9 @@ A saver or store decides once, when it is created, whether to trace: only when
 ``Tracing``, or set globally with ``trace.set_tracer_provider``). Otherwise it gets
 no ``OperationTracer`` and runs its operations unwrapped.
 
-A traced operation sits between the driver and the operation generator: it passes
-each step on, sends each result back and throws each failed call's error back in,
-counting calls and BSON bytes on the way.
+A traced operation sits between the driver and the operation generator: it relays
+each step (``calls.Relay``: each result sent back, each failed call's error thrown back
+in), counting calls and BSON bytes on the way.
 
 A failed operation's span carries the error's message and traceback, which may name
 threads and store namespaces (``MissingValueError``, ``StaleParentError``, a server's
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 
 import bson
 
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.redaction import redacted
 
 if TYPE_CHECKING:
@@ -210,21 +210,18 @@ class OperationTracer:
 
         span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         counts = _Counts()
-        result: Any = None
-        error: Exception | None = None
+        relay = Relay(operation)
         try:
-            while True:
-                try:
-                    step = operation.throw(error) if error is not None else operation.send(result)
-                except StopIteration as stop:
-                    return cast(T, stop.value)
+            while (step := relay.next_step()) is not None:
                 counts.sent(step)
                 try:
-                    result, error = (yield step), None
+                    result = yield step
                 except Exception as exc:  # the call failed: the operation may handle it
-                    result, error = None, exc
+                    relay.failed(exc)
                 else:
                     counts.received(step, result)
+                    relay.returned(result)
+            return relay.value
         except Exception as exc:
             _failed(span, exc, scrub)
             raise

@@ -21,7 +21,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import StaleParentError, documents, maintenance
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.clock import CLOCK_ID
 from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
@@ -50,28 +50,23 @@ async def drive(
     before: Hook | None = None,
     result_of: Callable[[Call | NextBatch, Any], Any] | None = None,
 ) -> Any:
-    """Run ``operation`` call by call: ``before`` each call is sent, ``result_of`` may
-    change what a call returns."""
-    result: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = operation.throw(error) if error is not None else operation.send(result)
-        except StopIteration as stop:
-            return stop.value
+    """Run ``operation`` call by call (``calls.Relay``): ``before`` each call is sent,
+    ``result_of`` may change what a call returns."""
+    relay = Relay(operation)
+    while (step := relay.next_step()) is not None:
         assert isinstance(step, (Call, NextBatch))
         if before is not None:
             await before(step)
-        result, error = None, None
         try:
             if api.is_async:
                 result = await aexecute(api.saver.collections, step)
             else:
                 result = execute(api.saver.collections, step)
         except Exception as exc:
-            error = exc
-        if result_of is not None and error is None:
-            result = result_of(step, result)
+            relay.failed(exc)
+            continue
+        relay.returned(result if result_of is None else result_of(step, result))
+    return relay.value
 
 
 def is_tombstoning(step: Call | NextBatch) -> bool:

@@ -25,7 +25,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import StaleParentError, maintenance
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.drivers import aexecute, execute
 from tests.backends import TARGETS, Target, target_params
 from tests.saver_support import Api, assert_no_orphans
@@ -38,12 +38,11 @@ MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
 
 
 class Stepper:
-    """Runs an operation one collection call at a time."""
+    """Runs an operation one collection call at a time (``calls.Relay``: a call's error is
+    thrown back into the operation)."""
 
     def __init__(self, api: Api, operation: Operation[Any]) -> None:
-        self.api, self.operation = api, operation
-        self.result: Any = None
-        self.error: Exception | None = None
+        self.api, self.relay = api, Relay(operation)
         self.done = False
         self.raised: Exception | None = None
         self.calls = 0
@@ -53,26 +52,22 @@ class Stepper:
         if self.done:
             return False
         try:
-            if self.error is not None:
-                step = self.operation.throw(self.error)
-            else:
-                step = self.operation.send(self.result)
-        except StopIteration:
-            self.done = True
-            return False
+            step = self.relay.next_step()
         except Exception as exc:  # the operation's own error: kept for the test
             self.done, self.raised = True, exc
             return False
+        if step is None:
+            self.done = True
+            return False
         assert isinstance(step, (Call, NextBatch))
-        self.result = self.error = None
         collections = self.api.saver.collections
         try:
             if self.api.is_async:
-                self.result = await aexecute(collections, step)
+                self.relay.returned(await aexecute(collections, step))
             else:
-                self.result = execute(collections, step)
+                self.relay.returned(execute(collections, step))
         except Exception as exc:
-            self.error = exc
+            self.relay.failed(exc)
         self.calls += 1
         return True
 
