@@ -23,7 +23,6 @@ DEFAULT_WRITES = "checkpoint_writes"
 # The official unique index, (thread_id, checkpoint_ns, checkpoint_id desc): this order
 # lets a migration stream the collection thread by thread on it.
 THREAD_ORDER = [("thread_id", 1), ("checkpoint_ns", 1), ("checkpoint_id", -1)]
-WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
 
 
 class OfficialFormatError(MongoCkptError, ValueError):

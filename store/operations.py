@@ -2,7 +2,7 @@
 
 A batch runs in three steps. ``plan`` validates every op and groups them
 (nothing has touched the database if it raises); the caller then embeds the
-texts the plan asks for (sync or async); ``execute`` is the I/O as a
+texts the plan asks for (sync or async); ``run_plan`` is the I/O as a
 ``calls.Operation``: one ``find`` for all gets, one call per search and per
 namespace listing, then one ordered ``bulk_write`` for every TTL refresh and
 put. Reads see the state before the batch's writes, as in ``InMemoryStore``;
