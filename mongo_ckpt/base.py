@@ -30,10 +30,9 @@ from mongo_ckpt.connection import (
     with_write_concern,
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
-from mongo_ckpt.listdelta import ListDeltas
+from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
-from mongo_ckpt.snapshot_distance import SnapshotDistances
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
@@ -120,9 +119,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
-        self.list_deltas = ListDeltas(enabled=list_deltas)
+        self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
-        self._snapshot_distances = SnapshotDistances()
         self._tracer = operation_tracer(tracing, db_name)
         self._upgrade_limit: int | None = UPGRADE_LIMIT
 
@@ -143,8 +141,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             self.layout,
             self.serde,
             self.filterable_metadata_keys,
-            self._snapshot_distances,
-            self.list_deltas,
+            self.memory,
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
@@ -185,7 +182,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         errors never reach a user's call)."""
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
-            sweep = maintenance.sweep_expired(self.list_deltas.forget, self.ttl)
+            sweep = maintenance.sweep_expired(self.memory.forget, self.ttl)
             self._start_background(sweep, "sweep of expired threads", SpanInfo("sweep_expired"))
 
     def _setup_once(self) -> Operation[None]:
@@ -195,7 +192,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
-        elif self.list_deltas.recheck_due():
+        elif self.memory.recheck_due():
             yield from self.ops.recheck_layout(self.db.name)
 
     def _require_ttl(self) -> float:
@@ -315,14 +312,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of a thread."""
         self._run(
-            maintenance.delete_thread(self.list_deltas.forget, thread_id),
+            maintenance.delete_thread(self.memory.forget, thread_id),
             SpanInfo("delete_thread", thread_id),
         )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by the given runs."""
         self._run(
-            maintenance.delete_for_runs(self.list_deltas.forget, run_ids),
+            maintenance.delete_for_runs(self.memory.forget, run_ids),
             SpanInfo("delete_for_runs"),
         )
 
@@ -346,7 +343,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
         in batches; return their ids."""
         return self._run(
-            maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl()),
+            maintenance.sweep_expired(self.memory.forget, self._require_ttl()),
             SpanInfo("sweep_expired"),
         )
 
@@ -366,7 +363,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
         removes the threads."""
         self._run(
-            maintenance.prune(self.list_deltas.forget, thread_ids, strategy),
+            maintenance.prune(self.memory.forget, thread_ids, strategy),
             SpanInfo("prune", thread_ids=_listed(thread_ids)),
         )
 
@@ -439,14 +436,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Async ``delete_thread``."""
         await self._arun(
-            maintenance.delete_thread(self.list_deltas.forget, thread_id),
+            maintenance.delete_thread(self.memory.forget, thread_id),
             SpanInfo("delete_thread", thread_id),
         )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async ``delete_for_runs``."""
         await self._arun(
-            maintenance.delete_for_runs(self.list_deltas.forget, run_ids),
+            maintenance.delete_for_runs(self.memory.forget, run_ids),
             SpanInfo("delete_for_runs"),
         )
 
@@ -472,7 +469,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
-        sweep = maintenance.sweep_expired(self.list_deltas.forget, self._require_ttl())
+        sweep = maintenance.sweep_expired(self.memory.forget, self._require_ttl())
         return await self._arun(sweep, SpanInfo("sweep_expired"))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
@@ -482,7 +479,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
         await self._arun(
-            maintenance.prune(self.list_deltas.forget, thread_ids, strategy),
+            maintenance.prune(self.memory.forget, thread_ids, strategy),
             SpanInfo("prune", thread_ids=_listed(thread_ids)),
         )
 

@@ -37,7 +37,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import maintenance, schema
+from mongo_ckpt import listdelta, maintenance, schema
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -84,7 +84,6 @@ from mongo_ckpt.layout import (
     write_join,
 )
 from mongo_ckpt.listdelta import (
-    ListDeltas,
     Plan,
     is_list,
     same_value,
@@ -92,6 +91,7 @@ from mongo_ckpt.listdelta import (
     values_entries,
 )
 from mongo_ckpt.maintenance import Deleted as Deleted  # the command line imports it here
+from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -107,7 +107,7 @@ from mongo_ckpt.reading import (
     tuple_pipeline,
     writes_query,
 )
-from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
+from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
 FIRST_PAGE = 10
 MAX_PAGE = 250
@@ -142,15 +142,13 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
-        distances: SnapshotDistances,
-        list_deltas: ListDeltas | None = None,
+        memory: CheckpointMemory,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
-        self.deltas = list_deltas if list_deltas is not None else ListDeltas(enabled=False)
-        # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
-        self.distances = distances
+        # What this saver instance read and wrote: chains, snapshot counters, the layout.
+        self.memory = memory
 
     def _where(self, db_name: str) -> str:
         """How errors name the saver's collections."""
@@ -168,7 +166,7 @@ class CheckpointOperations:
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
-            self.deltas.note_layout(found >= schema.LIST_DELTAS_VERSION)
+            self.memory.note_layout(found >= schema.LIST_DELTAS_VERSION)
             return
         if found is None:
             sample = yield from find(
@@ -191,20 +189,20 @@ class CheckpointOperations:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         recorded = max(found, schema.SAVER_SETUP_VERSION)
         yield from schema.record(key, self.layout.by_logical(), recorded)
-        self.deltas.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
+        self.memory.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
         deltas, so they are written from now on."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
-        self.deltas.note_layout(True)
+        self.memory.note_layout(True)
 
     def recheck_layout(self, db_name: str) -> Operation[None]:
         """Read the recorded layout version again: another process may have upgraded it."""
         key = schema.saver_key(self.layout.checkpoints)
         found = yield from schema.read(key, self._where(db_name))
-        self.deltas.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
+        self.memory.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -252,8 +250,7 @@ class CheckpointOperations:
     def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
         """The tuple of ``doc``, its snapshot counters noted for a history walk."""
         result = loaded.checkpoint_tuple(doc)
-        self.distances.note(key_of(doc), result.metadata)
-        self.deltas.remember(doc)
+        self.memory.read(doc, result.metadata)
         return result
 
     def delta_channel_history(
@@ -265,7 +262,7 @@ class CheckpointOperations:
         target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
         depth = MAX_DEPTH
         if checkpoint_id is not None:
-            depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
+            depth = self.memory.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
 
         def walk(depth: int) -> Calling[list[Document]]:
             collections = self.layout.by_logical()
@@ -347,9 +344,9 @@ class CheckpointOperations:
         parent_chains = yield from self._parent_chains(
             key, parent_id, values, versions, new_versions
         )
-        plan = self.deltas.plan(
-            (thread_id, checkpoint_ns, checkpoint_id),
-            parent_id,
+        plan = listdelta.plan(
+            self.memory.usable((thread_id, checkpoint_ns, checkpoint_id), parent_id),
+            self.memory.deltas_enabled,
             values,
             versions,
             new_versions,
@@ -384,7 +381,7 @@ class CheckpointOperations:
             if not maintenance.parent_found(result):
                 mine = 0 in (result.upserted_ids or ())  # this call inserted the checkpoint
                 yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
-        self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
+        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
     def _adopt_stored(
@@ -459,16 +456,16 @@ class CheckpointOperations:
         memory when this instance read or wrote the parent, else from one ``find``; a
         chain the parent does not name (a parent never stored, or gone) is read from the
         stored values."""
-        if parent_id is None or not self.deltas.needs_parent(values, new_versions):
+        if parent_id is None or not listdelta.needs_parent(values, new_versions):
             return None
         parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
-        chains = self.deltas.known_chains(parent)
+        chains = self.memory.known_chains(parent)
         if chains is None:
             query = dict(zip(CHECKPOINT_KEY, parent))
             docs = yield from find(CHECKPOINTS, query, projection=SKELETON)
             for doc in docs:
-                self.deltas.remember(doc)
-            chains = self.deltas.known_chains(parent) or {}
+                self.memory.remember(doc)
+            chains = self.memory.known_chains(parent) or {}
         unknown = {
             ch: versions[ch]
             for ch, v in values.items()
@@ -507,10 +504,10 @@ class CheckpointOperations:
 
     # The command line's entry points into maintenance (``mongo_ckpt.cli.maintenance``).
     def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
-        return maintenance.delete_threads(self.deltas.forget, thread_ids)
+        return maintenance.delete_threads(self.memory.forget, thread_ids)
 
     def delete_idle(self, thread_ids: Sequence[str], cutoff: datetime) -> Operation[Deleted]:
-        return maintenance.delete_idle(self.deltas.forget, thread_ids, cutoff)
+        return maintenance.delete_idle(self.memory.forget, thread_ids, cutoff)
 
     def prune_plan(
         self, thread_ids: Sequence[str]

@@ -150,7 +150,7 @@ async def sweep(api: Api) -> Any:
     """The retention sweep with a one-day ``ttl``, on the harness's saver (created without
     one, so no automatic sweep runs in the other scenarios)."""
     operation = maintenance.sweep_expired(
-        api.saver.list_deltas.forget, timedelta(days=1).total_seconds()
+        api.saver.memory.forget, timedelta(days=1).total_seconds()
     )
     return await maybe_await(
         api.saver._arun(operation) if api.is_async else api.saver._run(operation)

@@ -147,7 +147,7 @@ async def test_tombstones_carry_the_servers_time(
 
     skew_client_clock(monkeypatch, skew)
     await drive(
-        api, maintenance.prune(api.saver.list_deltas.forget, ["t"], "keep_latest"), read_tombstones
+        api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"), read_tombstones
     )
     assert seen, "prune tombstoned nothing"
     now = datetime.now(timezone.utc)
@@ -207,7 +207,7 @@ async def test_maintenance_slower_than_the_lease_renews_and_reads_again(
             return {**result, "now": result["now"] + late}
         return result
 
-    await drive(api, MAINTENANCE[name](api.saver.list_deltas.forget), hook, later)
+    await drive(api, MAINTENANCE[name](api.saver.memory.forget), hook, later)
     assert hook.done
     fork_config = {
         "configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}
@@ -231,6 +231,6 @@ async def test_no_renewal_within_half_the_lease(api: Api) -> None:
         if isinstance(step, Call) and step.collection == CHECKPOINTS and step.method == "find":
             reads.append(step.method)
 
-    await drive(api, maintenance.prune(api.saver.list_deltas.forget, ["t"], "keep_latest"), count)
+    await drive(api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"), count)
     # The plan's read, the read after the tombstones, the read of what values are needed.
     assert len(reads) == 3

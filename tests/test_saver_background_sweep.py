@@ -155,7 +155,7 @@ async def test_a_sweep_of_several_batches_deletes_every_expired_thread(api: Api)
             largest.extend(len(found) for found in thread_lists(step.args))
 
     swept = await drive(
-        api, maintenance.sweep_expired(api.saver.list_deltas.forget, TTL, batch=3), sizes
+        api, maintenance.sweep_expired(api.saver.memory.forget, TTL, batch=3), sizes
     )
     assert swept == ids
     assert max(largest) == 3  # no call carries more ids than a batch

@@ -125,7 +125,7 @@ def _pairs(calls: int, every: bool) -> list[tuple[int, int]]:
 
 async def _maintenance_calls(api: Api, name: str) -> int:
     await Fork.build(api)
-    alone = Stepper(api, MAINTENANCE[name](api.saver.list_deltas.forget))
+    alone = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
     await alone.finish()
     assert alone.raised is None
     await api.delete_thread("t")
@@ -148,7 +148,7 @@ async def test_fork_from_a_checkpoint_being_deleted(
     outcomes = {"stored": 0, "refused": 0}
     for first, second in _pairs(calls, every=target.backend == "mock"):
         fork = await Fork.build(api, shares)
-        deleting = Stepper(api, MAINTENANCE[name](api.saver.list_deltas.forget))
+        deleting = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
         writer = Stepper(api, fork.put(api))
         for _ in range(first):
             await deleting.step()

@@ -133,7 +133,7 @@ def retrier(api: Api, how: str) -> Api:
     if how == "warm":
         return api
     if how == "evicted":
-        api.saver.list_deltas.forget(["t"])
+        api.saver.memory.forget(["t"])
         return api
     return api.reopened()
 
@@ -400,7 +400,7 @@ async def test_put_between_delete_threads_calls_is_refused(api: Api) -> None:
     between finds its parent absent and values no stored checkpoint names, and is refused
     (never stored naming values about to go)."""
     thread = await three(api)
-    deleting = Stepper(api, maintenance.delete_thread(api.saver.list_deltas.forget, "t"))
+    deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))
     await deleting.step()  # the checkpoints are gone, their values not yet
     with pytest.raises(StaleParentError):
         await thread.put(api, [msg(i) for i in range(4)])
