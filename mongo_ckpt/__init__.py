@@ -4,11 +4,12 @@ from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
+from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
-from mongo_ckpt.tombstones import StaleParentError
 
 __all__ = [
     "AsyncMongoDBSaver",
@@ -16,6 +17,7 @@ __all__ = [
     "ConflictingValueError",
     "MissingHistoryError",
     "MissingValueError",
+    "MongoCkptError",
     "MongoDBSaver",
     "SchemaTooNewError",
     "SchemaUpgradeRequired",

@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 
+from mongo_ckpt import maintenance
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import (
     DEFAULT_DB_NAME,
@@ -29,19 +30,16 @@ from mongo_ckpt.connection import (
     with_write_concern,
 )
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
-from mongo_ckpt.listdelta import ListDeltas
+from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
-from mongo_ckpt.snapshot_distance import SnapshotDistances
-from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
+from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
-# Span names for the operations not named like the public method that runs them.
-_SPAN_NAMES = {"_setup_once": "setup", "delta_channel_history": "get_delta_channel_history"}
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
@@ -121,9 +119,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
-        self.list_deltas = ListDeltas(enabled=list_deltas)
+        self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
-        self._snapshot_distances = SnapshotDistances()
         self._tracer = operation_tracer(tracing, db_name)
         self._upgrade_limit: int | None = UPGRADE_LIMIT
 
@@ -144,8 +141,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             self.layout,
             self.serde,
             self.filterable_metadata_keys,
-            self._snapshot_distances,
-            self.list_deltas,
+            self.memory,
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
@@ -163,14 +159,17 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             number = int(current.split(".")[0])
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
-    def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use; in a span when traced."""
+    def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]:
+        """``operation``, preceded by setup on first use; in ``span`` when traced."""
         prepared = self._after_setup(operation)
-        if self._tracer is None:
+        if self._tracer is None or span is None:
             return prepared
-        name = operation_name(operation)
         return self._tracer.traced(
-            f"mongo_ckpt.{_SPAN_NAMES.get(name, name)}", prepared, **_thread_of(operation)
+            f"mongo_ckpt.{span.name}",
+            prepared,
+            thread_id=span.thread_id,
+            checkpoint_ns=span.checkpoint_ns,
+            thread_ids=span.thread_ids,
         )
 
     def _after_setup(self, operation: Operation[T]) -> Operation[T]:
@@ -183,7 +182,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         errors never reach a user's call)."""
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
-            self._start_background(self.ops.sweep_expired(self.ttl), "sweep of expired threads")
+            sweep = maintenance.sweep_expired(self.memory.forget, self.ttl)
+            self._start_background(sweep, "sweep of expired threads", SpanInfo("sweep_expired"))
 
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes and upgrades), unless done already; while
@@ -192,7 +192,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
-        elif self.list_deltas.recheck_due():
+        elif self.memory.recheck_due():
             yield from self.ops.recheck_layout(self.db.name)
 
     def _require_ttl(self) -> float:
@@ -205,15 +205,21 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-        def _run(self, operation: Operation[T]) -> T: ...
+        def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        def _iter(self, operation: Operation[Any]) -> Iterator[Any]: ...
+        def _iter(
+            self, operation: Operation[Any], span: SpanInfo | None = None
+        ) -> Iterator[Any]: ...
 
-        async def _arun(self, operation: Operation[T]) -> T: ...
+        async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
+        def _aiter(
+            self, operation: Operation[Any], span: SpanInfo | None = None
+        ) -> AsyncIterator[Any]: ...
 
-        def _start_background(self, operation: Operation[Any], what: str) -> None: ...
+        def _start_background(
+            self, operation: Operation[Any], what: str, span: SpanInfo
+        ) -> None: ...
 
         def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
 
@@ -238,7 +244,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            self._run(self._setup_once())
+            self._run(self._setup_once(), SpanInfo("setup"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -251,13 +257,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = None
         try:
-            self._run(self.ops.upgrade())
+            self._run(self.ops.upgrade(), SpanInfo("upgrade"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
-        return self._run(self.ops.get_tuple(config))
+        return self._run(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     def list(
         self,
@@ -268,7 +274,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints matching ``config``/``filter``/``before``, newest first, streamed."""
-        return self._iter(self.ops.list(config, filter, before, limit))
+        return self._iter(
+            self.ops.list(config, filter, before, limit), SpanInfo.of_config("list", config)
+        )
 
     def put(
         self,
@@ -281,7 +289,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
         With a ``ttl``, it then starts the automatic sweep when one is due (``sweep_interval``),
         in the background: ``join_sweep`` waits for it."""
-        stored = self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = self._run(
+            self.ops.put(config, checkpoint, metadata, new_versions),
+            SpanInfo.of_config("put", config),
+        )
         self._sweep_if_due()
         return stored
 
@@ -293,30 +304,48 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes in one bulk write."""
-        self._run(self.ops.put_writes(config, writes, task_id, task_path))
+        self._run(
+            self.ops.put_writes(config, writes, task_id, task_path),
+            SpanInfo.of_config("put_writes", config),
+        )
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of a thread."""
-        self._run(self.ops.delete_thread(thread_id))
+        self._run(
+            maintenance.delete_thread(self.memory.forget, thread_id),
+            SpanInfo("delete_thread", thread_id),
+        )
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) created by the given runs."""
-        self._run(self.ops.delete_for_runs(run_ids))
+        self._run(
+            maintenance.delete_for_runs(self.memory.forget, run_ids),
+            SpanInfo("delete_for_runs"),
+        )
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's complete history (all namespaces, values, writes) to another id."""
-        self._run(self.ops.copy_thread(source_thread_id, target_thread_id))
+        self._run(
+            self.ops.copy_thread(source_thread_id, target_thread_id),
+            SpanInfo("copy_thread", source_thread_id, thread_ids=[target_thread_id]),
+        )
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Writes since each channel's seed, plus the seed value, in one aggregation."""
-        return self._run(self.ops.delta_channel_history(config, channels))
+        return self._run(
+            self.ops.delta_channel_history(config, channels),
+            SpanInfo.of_config("get_delta_channel_history", config),
+        )
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
         """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
         in batches; return their ids."""
-        return self._run(self.ops.sweep_expired(self._require_ttl()))
+        return self._run(
+            maintenance.sweep_expired(self.memory.forget, self._require_ttl()),
+            SpanInfo("sweep_expired"),
+        )
 
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
@@ -327,13 +356,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Add the thread-scoped ``join`` key to value and write documents written by an
         earlier version (reads join on it); returns how many documents were updated.
         ``setup`` runs it when it upgrades layout version 1."""
-        return self._run(self.ops.backfill_join_keys())
+        return self._run(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
         removes the threads."""
-        self._run(self.ops.prune(thread_ids, strategy))
+        self._run(
+            maintenance.prune(self.memory.forget, thread_ids, strategy),
+            SpanInfo("prune", thread_ids=_listed(thread_ids)),
+        )
 
     # -- async API ------------------------------------------------------------
 
@@ -342,7 +374,7 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = upgrade_limit
         try:
-            await self._arun(self._setup_once())
+            await self._arun(self._setup_once(), SpanInfo("setup"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -351,13 +383,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._upgrade_limit = None
         try:
-            await self._arun(self.ops.upgrade())
+            await self._arun(self.ops.upgrade(), SpanInfo("upgrade"))
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
-        return await self._arun(self.ops.get_tuple(config))
+        return await self._arun(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     async def alist(
         self,
@@ -368,7 +400,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async ``list``: yields each page as soon as it is loaded."""
-        async for item in self._aiter(self.ops.list(config, filter, before, limit)):
+        async for item in self._aiter(
+            self.ops.list(config, filter, before, limit), SpanInfo.of_config("list", config)
+        ):
             yield item
 
     async def aput(
@@ -379,7 +413,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async ``put``."""
-        stored = await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = await self._arun(
+            self.ops.put(config, checkpoint, metadata, new_versions),
+            SpanInfo.of_config("put", config),
+        )
         self._sweep_if_due()
         return stored
 
@@ -391,33 +428,49 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Async ``put_writes``."""
-        await self._arun(self.ops.put_writes(config, writes, task_id, task_path))
+        await self._arun(
+            self.ops.put_writes(config, writes, task_id, task_path),
+            SpanInfo.of_config("put_writes", config),
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Async ``delete_thread``."""
-        await self._arun(self.ops.delete_thread(thread_id))
+        await self._arun(
+            maintenance.delete_thread(self.memory.forget, thread_id),
+            SpanInfo("delete_thread", thread_id),
+        )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Async ``delete_for_runs``."""
-        await self._arun(self.ops.delete_for_runs(run_ids))
+        await self._arun(
+            maintenance.delete_for_runs(self.memory.forget, run_ids),
+            SpanInfo("delete_for_runs"),
+        )
 
     async def abackfill_join_keys(self) -> int:
         """Async ``backfill_join_keys``."""
-        return await self._arun(self.ops.backfill_join_keys())
+        return await self._arun(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""
-        await self._arun(self.ops.copy_thread(source_thread_id, target_thread_id))
+        await self._arun(
+            self.ops.copy_thread(source_thread_id, target_thread_id),
+            SpanInfo("copy_thread", source_thread_id, thread_ids=[target_thread_id]),
+        )
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async ``get_delta_channel_history``."""
-        return await self._arun(self.ops.delta_channel_history(config, channels))
+        return await self._arun(
+            self.ops.delta_channel_history(config, channels),
+            SpanInfo.of_config("get_delta_channel_history", config),
+        )
 
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
-        return await self._arun(self.ops.sweep_expired(self._require_ttl()))
+        sweep = maintenance.sweep_expired(self.memory.forget, self._require_ttl())
+        return await self._arun(sweep, SpanInfo("sweep_expired"))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""
@@ -425,26 +478,12 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
-        await self._arun(self.ops.prune(thread_ids, strategy))
+        await self._arun(
+            maintenance.prune(self.memory.forget, thread_ids, strategy),
+            SpanInfo("prune", thread_ids=_listed(thread_ids)),
+        )
 
 
-def _thread_of(operation: Operation[Any]) -> dict[str, Any]:
-    """The thread id and checkpoint namespace ``operation`` was called with, if any
-    (invalid ones too: the operation itself refuses them), and the other threads it names
-    (a copy's target, a prune's threads)."""
-    args = arguments(operation)
-    config = args.get("config")
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping):
-        configurable = {}
-    listed = args.get("thread_ids")
-    return {
-        "thread_id": configurable.get(
-            "thread_id", args.get("thread_id", args.get("source_thread_id"))
-        ),
-        "checkpoint_ns": configurable.get("checkpoint_ns", "") if configurable else None,
-        "thread_ids": [
-            *([args["target_thread_id"]] if "target_thread_id" in args else []),
-            *(listed if isinstance(listed, (list, tuple, set)) else []),
-        ],
-    }
+def _listed(thread_ids: Any) -> Sequence[Any]:
+    """The threads a prune names, for its span (invalid ones too: the prune refuses them)."""
+    return list(thread_ids) if isinstance(thread_ids, (list, tuple, set)) else []

@@ -5,7 +5,9 @@ Every saver and store operation is written once, as a generator that yields
 throws its error into the generator), ``NextBatch`` (the next documents of a
 streamed cursor) and ``Emit`` (an item for the caller of an iterating
 operation). ``mongo_ckpt.drivers`` runs these generators on PyMongo, Motor or
-mongomock, blocking or awaiting.
+mongomock, blocking or awaiting; whatever steps an operation by hand (a driver, a
+span, a stoppable background run, an operation run inside another) does it with
+``Relay``, so a step's error always reaches the operation at its ``yield``.
 
 Operations do not build ``Call`` themselves: they use the typed constructors
 below, named after the PyMongo methods, so a call reads like PyMongo and its
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pymongo import (
     DeleteMany,
@@ -82,6 +84,45 @@ Operation = Generator[Step, Any, T]
 """An operation returning ``T``: ``Operation[None]``, ``Operation[list[str]]``..."""
 Calling = Generator[Call, T, T]
 """One ``Call`` whose result is ``T``; used as ``result = yield from find(...)``."""
+
+
+class Relay(Generic[T]):
+    """An operation stepped by hand: the one loop every runner of operations uses.
+
+    ``next_step`` resumes the operation with the last step's result or, after ``failed``,
+    throws that step's error into it at the ``yield`` that issued the step; so the
+    traceback of a failed call names the operation's line, and an operation can handle
+    an error. An error the operation raises propagates from ``next_step``.
+    """
+
+    def __init__(self, operation: Operation[T]) -> None:
+        self.operation = operation
+        self._result: Any = None
+        self._error: Exception | None = None
+        self.value: T  # set when the operation returns
+
+    def next_step(self) -> Step | None:
+        """The operation's next step; ``None`` once it has returned (into ``value``)."""
+        result, error = self._result, self._error
+        self._result = self._error = None
+        try:
+            if error is not None:
+                return self.operation.throw(error)
+            return self.operation.send(result)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+
+    def returned(self, result: Any) -> None:
+        """The current step returned ``result``."""
+        self._result = result
+
+    def failed(self, error: Exception) -> None:
+        """The current step raised ``error``."""
+        # The relaying frame leaves the traceback: it goes on at the operation's line.
+        if error.__traceback__ is not None:
+            error = error.with_traceback(error.__traceback__.tb_next)
+        self._error = error
 
 
 def _options(**options: Any) -> dict[str, Any]:

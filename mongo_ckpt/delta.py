@@ -23,6 +23,7 @@ from typing import Any
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
@@ -363,7 +364,7 @@ def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -
     return None
 
 
-class MissingHistoryError(LookupError):
+class MissingHistoryError(MongoCkptError, LookupError):
     """A checkpoint's DeltaChannel history needs an ancestor that is not stored."""
 
     def __init__(

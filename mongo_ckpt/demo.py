@@ -33,6 +33,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.redaction import redacted
@@ -57,7 +58,7 @@ IN_PROCESS_MISSING = (
 )
 
 
-class MissingBackendError(RuntimeError):
+class MissingBackendError(MongoCkptError, RuntimeError):
     """No MongoDB URI was given and the in-process backend is not installed."""
 
 

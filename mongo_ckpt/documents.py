@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import DeleteMany, UpdateOne
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
@@ -226,7 +227,7 @@ def write_requests(
     return out
 
 
-class ConflictingValueError(ValueError):
+class ConflictingValueError(MongoCkptError, ValueError):
     """A ``put`` gave a channel version a value other than the one already stored for it.
 
     A version names one value: a retried ``put`` must pass the same values. Nothing

@@ -13,17 +13,19 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo.errors import InvalidOperation
 
-from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
+from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Relay
+from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.telemetry import SpanInfo
 
 T = TypeVar("T")
 logger = logging.getLogger("mongo_ckpt")
 
 
-class ClientClosedError(RuntimeError):
+class ClientClosedError(MongoCkptError, RuntimeError):
     """The MongoDB client behind a saver or store has been closed."""
 
 
@@ -78,74 +80,36 @@ async def aexecute(collections: Mapping[str, Any], step: Call | NextBatch) -> An
         raise _closed(exc) from exc
 
 
-class _Running(Generic[T]):
-    """An operation being run: the part of a driver that does not depend on the client.
-
-    Each step's result is sent back into the operation and each step's error is
-    thrown back into it, at the ``yield`` that issued the step; so the traceback of
-    a failed call names the operation's line, and an operation can handle an error.
-    """
-
-    def __init__(self, operation: Operation[T]) -> None:
-        self._operation = operation
-        self._result: Any = None
-        self._error: Exception | None = None
-        self.value: T  # set when the operation returns
-
-    def next_step(self) -> Step | None:
-        """The operation's next step; ``None`` once it has returned (into ``value``)."""
-        result, error = self._result, self._error
-        self._result = self._error = None
-        try:
-            if error is not None:
-                return self._operation.throw(error)
-            return self._operation.send(result)
-        except StopIteration as stop:
-            self.value = stop.value
-            return None
-
-    def returned(self, result: Any) -> None:
-        """The current step returned ``result``."""
-        self._result = result
-
-    def failed(self, error: Exception) -> None:
-        """The current step raised ``error``."""
-        # The driver's own frame leaves the traceback: it goes on at the operation's line.
-        if error.__traceback__ is not None:
-            error = error.with_traceback(error.__traceback__.tb_next)
-        self._error = error
-
-
 def iterate(collections: Mapping[str, Any], operation: Operation[Any]) -> Iterator[Any]:
     """Run ``operation`` synchronously, yielding what it emits."""
-    return _iterate(collections, _Running(operation))
+    return _iterate(collections, Relay(operation))
 
 
-def _iterate(collections: Mapping[str, Any], running: _Running[Any]) -> Iterator[Any]:
-    while (step := running.next_step()) is not None:
+def _iterate(collections: Mapping[str, Any], relay: Relay[Any]) -> Iterator[Any]:
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
             continue
         try:
-            running.returned(execute(collections, step))
+            relay.returned(execute(collections, step))
         except Exception as exc:
-            running.failed(exc)
+            relay.failed(exc)
 
 
 def aiterate(collections: Mapping[str, Any], operation: Operation[Any]) -> AsyncIterator[Any]:
     """Run ``operation`` asynchronously, yielding what it emits."""
-    return _aiterate(collections, _Running(operation))
+    return _aiterate(collections, Relay(operation))
 
 
-async def _aiterate(collections: Mapping[str, Any], running: _Running[Any]) -> AsyncIterator[Any]:
-    while (step := running.next_step()) is not None:
+async def _aiterate(collections: Mapping[str, Any], relay: Relay[Any]) -> AsyncIterator[Any]:
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
             continue
         try:
-            running.returned(await aexecute(collections, step))
+            relay.returned(await aexecute(collections, step))
         except Exception as exc:
-            running.failed(exc)
+            relay.failed(exc)
 
 
 def _emitted(item: Any) -> TypeError:
@@ -154,18 +118,18 @@ def _emitted(item: Any) -> TypeError:
 
 def run(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` synchronously and return its result."""
-    running = _Running(operation)
-    for item in _iterate(collections, running):
+    relay = Relay(operation)
+    for item in _iterate(collections, relay):
         raise _emitted(item)
-    return running.value
+    return relay.value
 
 
 async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` asynchronously and return its result."""
-    running = _Running(operation)
-    async for item in _aiterate(collections, running):
+    relay = Relay(operation)
+    async for item in _aiterate(collections, relay):
         raise _emitted(item)
-    return running.value
+    return relay.value
 
 
 def run_on_loop(
@@ -203,21 +167,16 @@ _STARTING = threading.Lock()
 def _stoppable(operation: Operation[T], stopped: Callable[[], bool]) -> Operation[T | None]:
     """``operation``, closed before its next step once ``stopped()`` (maintenance is safe to
     cut between any two calls)."""
-    result: Any = None
-    error: Exception | None = None
-    while True:
-        if stopped():
-            operation.close()
-            return None
+    relay = Relay(operation)
+    while not stopped():
+        if (step := relay.next_step()) is None:
+            return relay.value
         try:
-            step = operation.throw(error) if error is not None else operation.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        result, error = None, None
-        try:
-            result = yield step
+            relay.returned((yield step))
         except Exception as exc:
-            error = exc
+            relay.failed(exc)
+    operation.close()
+    return None
 
 
 class SyncDriver:
@@ -227,15 +186,15 @@ class SyncDriver:
     if TYPE_CHECKING:  # supplied by the class this is mixed into
         collections: dict[str, Any]
 
-        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+        def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]: ...
 
     _background: threading.Thread | None = None
     _background_stop: threading.Event
 
-    def _run(self, operation: Operation[T]) -> T:
-        return run(self.collections, self._prepared(operation))
+    def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return run(self.collections, self._prepared(operation, span))
 
-    def _start_background(self, operation: Operation[Any], what: str) -> None:
+    def _start_background(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         """Run ``operation`` in a daemon thread unless one is running; its error is logged
         on the ``mongo_ckpt`` logger, never raised."""
         with _STARTING:  # puts from several threads: one starts it
@@ -243,7 +202,7 @@ class SyncDriver:
                 operation.close()
                 return
             stop = self._background_stop = threading.Event()
-            prepared = _stoppable(self._prepared(operation), stop.is_set)
+            prepared = _stoppable(self._prepared(operation, span), stop.is_set)
 
             def work() -> None:
                 try:
@@ -269,14 +228,16 @@ class SyncDriver:
     async def _ajoin_background(self, timeout: float | None, *, stop: bool = False) -> bool:
         return await asyncio.to_thread(self._join_background, timeout, stop=stop)
 
-    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
-        return iterate(self.collections, self._prepared(operation))
+    def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
+        return iterate(self.collections, self._prepared(operation, span))
 
-    async def _arun(self, operation: Operation[T]) -> T:
-        return await asyncio.to_thread(self._run, operation)
+    async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return await asyncio.to_thread(self._run, operation, span)
 
-    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
-        items = self._iter(operation)
+    async def _aiter(
+        self, operation: Operation[Any], span: SpanInfo | None = None
+    ) -> AsyncIterator[Any]:
+        items = self._iter(operation, span)
         while (item := await asyncio.to_thread(next, items, _DONE)) is not _DONE:
             yield item
 
@@ -289,7 +250,7 @@ class AsyncDriver:
     if TYPE_CHECKING:  # supplied by the class this is mixed into
         collections: dict[str, Any]
 
-        def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
+        def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]: ...
 
         def _bind_running_loop(self) -> None: ...
 
@@ -299,11 +260,11 @@ class AsyncDriver:
 
     _background: asyncio.Task[Any] | None = None
 
-    async def _arun(self, operation: Operation[T]) -> T:
+    async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
         self._bind_running_loop()
-        return await arun(self.collections, self._prepared(operation))
+        return await arun(self.collections, self._prepared(operation, span))
 
-    def _start_background(self, operation: Operation[Any], what: str) -> None:
+    def _start_background(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         """Run ``operation`` in a task on the saver's loop unless one is running (called
         from the loop or, for the sync methods, another thread); its error is logged on the
         ``mongo_ckpt`` logger, never raised."""
@@ -313,20 +274,20 @@ class AsyncDriver:
             running = None
         loop = self.loop
         if running is not None and running is loop:
-            self._spawn(operation, what)
+            self._spawn(operation, what, span)
         elif loop is not None and loop.is_running():
-            loop.call_soon_threadsafe(self._spawn, operation, what)
+            loop.call_soon_threadsafe(self._spawn, operation, what, span)
         else:
             operation.close()
 
-    def _spawn(self, operation: Operation[Any], what: str) -> None:
+    def _spawn(self, operation: Operation[Any], what: str, span: SpanInfo) -> None:
         if self._background is not None and not self._background.done():
             operation.close()
             return
 
         async def work() -> None:
             try:
-                await arun(self.collections, self._prepared(operation))
+                await arun(self.collections, self._prepared(operation, span))
             except Exception:
                 logger.exception("mongo-ckpt %s failed (in the background)", what)
 
@@ -348,16 +309,18 @@ class AsyncDriver:
         """``_ajoin_background`` from another thread."""
         return self._on_loop(self._ajoin_background(timeout, stop=stop))
 
-    async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
+    async def _aiter(
+        self, operation: Operation[Any], span: SpanInfo | None = None
+    ) -> AsyncIterator[Any]:
         self._bind_running_loop()
-        async for item in aiterate(self.collections, self._prepared(operation)):
+        async for item in aiterate(self.collections, self._prepared(operation, span)):
             yield item
 
-    def _run(self, operation: Operation[T]) -> T:
-        return self._on_loop(self._arun(operation))
+    def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
+        return self._on_loop(self._arun(operation, span))
 
-    def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
-        items = self._aiter(operation)
+    def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
+        items = self._aiter(operation, span)
         while True:
             try:
                 yield self._on_loop(_next(items))

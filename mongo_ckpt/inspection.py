@@ -1,6 +1,7 @@
-"""Read-only queries behind the ``mongo-ckpt`` inspection commands, written once as
+"""The queries behind the ``mongo-ckpt`` inspection commands, written once as
 operations (``calls.Operation``) on the saver's collections, plus the pure folds over
-their results.
+their results. They only read stored data; ``write_probe`` (``doctor``: may this user
+write?) creates and drops a scratch collection of its own.
 
 Stored sizes are measured by the server with ``$bsonSize`` where it has it (MongoDB 4.4+);
 otherwise (mongomock) the documents are streamed and measured here, with the same result.

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from pymongo import ASCENDING, IndexModel
 
+from mongo_ckpt.errors import MongoCkptError
+
 CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
 SCHEMA = "schema"  # logical name of the layout-version collection (``schema.py``)
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
@@ -19,7 +21,7 @@ ARGUMENTS = {
 }
 
 
-class CollectionNameClash(ValueError):
+class CollectionNameClash(MongoCkptError, ValueError):
     """Two of the saver's collections, or one and the layout-version collection, share a
     name: a checkpoint's documents would overwrite or delete each other."""
 

@@ -34,29 +34,17 @@ Invariants that keep a base alive:
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import monotonic
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
-# Bytes of element digests (and per-link bookkeeping) one saver instance keeps for the
-# chains it wrote last, least recently used threads evicted first.
-CACHE_BYTES = 32 * 2**20
 DIGEST_SIZE = 8  # bytes of one element's digest
-# Accounted per cached link (a counter, a version, a prefix length) and per cached thread
-# (its key and containers): Python's own object sizes, rounded up.
+# Accounted per link of a remembered chain (a counter, a version, a prefix length):
+# Python's own object sizes, rounded up (``memory`` bounds the chains by these bytes).
 LINK_BYTES = 160
-THREAD_BYTES = 1024
-# Checkpoints whose ``values`` (with bases) one saver instance remembers.
-CACHED_CHECKPOINTS = 4096
-# While the database does not allow deltas, how often a saver reads its layout version
-# again, so an upgrade by another process takes effect without a restart.
-LAYOUT_RECHECK_SECONDS = 60.0
 
 
 def fenwick_base(k: int) -> int:
@@ -217,188 +205,60 @@ def stored_chain(
     return None
 
 
-class _Lru(OrderedDict[Any, Any]):
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+def needs_parent(values: Mapping[str, Any], new_versions: Mapping[str, Any]) -> bool:
+    """Whether an unchanged channel may be a delta whose chain only the parent names."""
+    return any(is_list(v) for ch, v in values.items() if ch not in new_versions)
 
 
-@dataclass(frozen=True, slots=True)
-class _Head:
-    checkpoint_id: str
-    links: dict[str, Chain]
+def plan(
+    usable: Mapping[str, Chain],
+    enabled: bool,
+    values: Mapping[str, Any],
+    versions: Mapping[str, Any],
+    new_versions: Mapping[str, Any],
+    serde: SerializerProtocol,
+    parent_chains: Mapping[str, Sequence[Any]] | None,
+) -> Plan:
+    """Decide which new list values of a checkpoint are stored as deltas.
 
-    @property
-    def nbytes(self) -> int:
-        return THREAD_BYTES + sum(chain.nbytes for chain in self.links.values())
-
-
-class _Heads:
-    """The latest head per thread and namespace, least recently used evicted first once
-    their accounted bytes (``_Head.nbytes``) exceed ``budget``."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.nbytes = 0
-        self._items: OrderedDict[tuple[str, str], _Head] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> _Head | None:
-        head = self._items.get(key)
-        if head is not None:
-            self._items.move_to_end(key)
-        return head
-
-    def put(self, key: tuple[str, str], head: _Head) -> None:
-        self.drop([key])
-        if head.nbytes > self.budget:
-            return
-        self._items[key] = head
-        self.nbytes += head.nbytes
-        while self.nbytes > self.budget:
-            _, evicted = self._items.popitem(last=False)
-            self.nbytes -= evicted.nbytes
-
-    def drop(self, keys: Iterable[tuple[str, str]]) -> None:
-        for key in keys:
-            head = self._items.pop(key, None)
-            if head is not None:
-                self.nbytes -= head.nbytes
-
-    def threads(self) -> list[tuple[str, str]]:
-        return list(self._items)
-
-
-class ListDeltas:
-    """Per saver instance: the chains it wrote last and the checkpoints it has seen.
-
-    The chains take at most ``cache_bytes`` (``DIGEST_SIZE`` bytes per element of each
-    channel's latest value, ``LINK_BYTES`` per link, ``THREAD_BYTES`` per thread), least
-    recently used threads evicted first; an evicted thread's next version is written whole.
-    Safe under concurrent use: every access holds a lock and never yields inside it.
+    ``usable``: the chains this instance wrote in a row up to the put's parent (empty
+    unless the parent is the checkpoint it wrote last on the thread); ``enabled``: deltas
+    are wanted and allowed by the recorded layout; ``parent_chains``: the chains the parent
+    names (``None`` if unknown). An unchanged channel keeps its parent's chain.
     """
-
-    def __init__(self, enabled: bool = True, cache_bytes: int = CACHE_BYTES) -> None:
-        self.wanted = enabled
-        # Whether the database records that every writer reads deltas; unknown (no) until
-        # setup has read its layout version.
-        self.allowed = False
-        self._next_check = 0.0
-        self._lock = threading.Lock()
-        self._heads = _Heads(cache_bytes)
-        self._seen = _Lru(CACHED_CHECKPOINTS)
-
-    @property
-    def enabled(self) -> bool:
-        """Whether new list values are written as deltas: wanted by the saver and allowed
-        by the database's recorded layout version."""
-        return self.wanted and self.allowed
-
-    def note_layout(self, allowed: bool) -> None:
-        """The layout version was read: whether it allows deltas."""
-        self.allowed = allowed
-        self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
-
-    def recheck_due(self) -> bool:
-        """Whether to read the layout version again: deltas are wanted, not yet allowed,
-        and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
-        return self.wanted and not self.allowed and monotonic() >= self._next_check
-
-    @property
-    def cached_bytes(self) -> int:
-        """The accounted bytes of the chains held now (at most ``cache_bytes``)."""
-        with self._lock:
-            return self._heads.nbytes
-
-    def known_chains(self, key: tuple[str, str, str]) -> dict[str, list[Any]] | None:
-        """The chains the checkpoint ``key`` names, if this instance has seen it."""
-        with self._lock:
-            return self._seen.get(key)
-
-    def remember(self, doc: Mapping[str, Any]) -> None:
-        """Record the chains a read (or written) checkpoint document names."""
-        key = (doc["thread_id"], doc["checkpoint_ns"], doc["checkpoint_id"])
-        chains = chains_of(doc.get("values", ()))
-        with self._lock:
-            self._seen.put(key, chains)
-
-    def forget(self, thread_ids: Sequence[str]) -> None:
-        """Drop what this instance remembers of ``thread_ids`` (after deleting them)."""
-        gone = set(thread_ids)
-        with self._lock:
-            self._heads.drop([k for k in self._heads.threads() if k[0] in gone])
-            for key in [k for k in self._seen if k[0] in gone]:
-                del self._seen[key]
-
-    def plan(
-        self,
-        key: tuple[str, str, str],
-        parent_id: str | None,
-        values: Mapping[str, Any],
-        versions: Mapping[str, Any],
-        new_versions: Mapping[str, Any],
-        serde: SerializerProtocol,
-        parent_chains: Mapping[str, Sequence[Any]] | None,
-    ) -> Plan:
-        """Decide, for the checkpoint ``key``, which new list values are stored as deltas.
-
-        ``parent_chains`` are the chains the parent names (``None`` if unknown); an
-        unchanged channel keeps its parent's chain.
-        """
-        thread_id, checkpoint_ns, _ = key
-        with self._lock:
-            head = self._heads.get((thread_id, checkpoint_ns))
-        usable = head.links if head is not None and head.checkpoint_id == parent_id else {}
-        plan = Plan()
-        for channel, value in values.items():
-            if channel not in versions:
+    result = Plan()
+    for channel, value in values.items():
+        if channel not in versions:
+            continue
+        version = versions[channel]
+        if channel not in new_versions:
+            chain = (parent_chains or {}).get(channel)
+            result.chains[channel] = list(chain) if chain and chain[-1] == version else [version]
+            if channel in usable and usable[channel].links[-1].version == version:
+                result.links[channel] = usable[channel]
+            continue
+        if not (enabled and is_list(value)):
+            result.chains[channel] = [version]
+            continue
+        digests = fingerprints(serde, value)
+        size = len(value)
+        previous = usable.get(channel)
+        if previous:
+            k = previous.links[-1].k + 1
+            wanted = fenwick_chain(k)
+            kept = [link for link in previous.links if link.k in wanted]
+            shared = common_prefix(previous.latest, digests)
+            keep = min(shared, kept[-1].shared)
+            if keep:
+                tail = list(value[keep:])
+                result.deltas[channel] = Delta(kept[-1].version, keep, tail)
+                links = [Link(lk.k, lk.version, min(lk.shared, shared)) for lk in kept]
+                result.links[channel] = Chain(digests, (*links, Link(k, version, size)))
+                result.chains[channel] = [link.version for link in result.links[channel].links]
                 continue
-            version = versions[channel]
-            if channel not in new_versions:
-                chain = (parent_chains or {}).get(channel)
-                plan.chains[channel] = list(chain) if chain and chain[-1] == version else [version]
-                if channel in usable and usable[channel].links[-1].version == version:
-                    plan.links[channel] = usable[channel]
-                continue
-            if not (self.enabled and is_list(value)):
-                plan.chains[channel] = [version]
-                continue
-            digests = fingerprints(serde, value)
-            size = len(value)
-            previous = usable.get(channel)
-            if previous:
-                k = previous.links[-1].k + 1
-                wanted = fenwick_chain(k)
-                kept = [link for link in previous.links if link.k in wanted]
-                shared = common_prefix(previous.latest, digests)
-                keep = min(shared, kept[-1].shared)
-                if keep:
-                    tail = list(value[keep:])
-                    plan.deltas[channel] = Delta(kept[-1].version, keep, tail)
-                    links = [Link(lk.k, lk.version, min(lk.shared, shared)) for lk in kept]
-                    plan.links[channel] = Chain(digests, (*links, Link(k, version, size)))
-                    plan.chains[channel] = [link.version for link in plan.links[channel].links]
-                    continue
-            plan.links[channel] = Chain(digests, (Link(0, version, size),))
-            plan.chains[channel] = [version]
-        return plan
-
-    @staticmethod
-    def needs_parent(values: Mapping[str, Any], new_versions: Mapping[str, Any]) -> bool:
-        """Whether an unchanged channel may be a delta whose chain only the parent names."""
-        return any(is_list(v) for ch, v in values.items() if ch not in new_versions)
-
-    def wrote(self, key: tuple[str, str, str], plan: Plan) -> None:
-        """Record a stored checkpoint: the next ``put`` on it may write deltas."""
-        thread_id, checkpoint_ns, checkpoint_id = key
-        with self._lock:
-            self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
-            self._seen.put(key, plan.chains)
+        result.links[channel] = Chain(digests, (Link(0, version, size),))
+        result.chains[channel] = [version]
+    return result
 
 
 def rebuild(

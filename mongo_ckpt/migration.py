@@ -52,6 +52,7 @@ from pymongo import UpdateOne
 from mongo_ckpt.calls import (
     Emit,
     Operation,
+    Relay,
     WriteRequest,
     bulk_write,
     count_documents,
@@ -68,6 +69,7 @@ from mongo_ckpt.documents import (
     write_requests,
 )
 from mongo_ckpt.drivers import run
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import BLOBS, CHECKPOINT_KEY, CHECKPOINTS, WRITES
 from mongo_ckpt.official import (
     DEFAULT_CHECKPOINTS,
@@ -275,7 +277,7 @@ def convert(
     return out
 
 
-class Unconvertible(ValueError):
+class Unconvertible(MongoCkptError, ValueError):
     """A source checkpoint mongo-ckpt cannot store; its thread is skipped."""
 
     def __init__(self, checkpoint: OfficialCheckpoint, reason: str) -> None:
@@ -443,17 +445,16 @@ def _version_key(
 def _collect(operation: Operation[Any]) -> Operation[list[Any]]:
     """Run an emitting operation inside another one; return what it emitted."""
     items: list[Any] = []
-    result: Any = None
-    while True:
-        try:
-            step = operation.send(result)
-        except StopIteration:
-            return items
+    relay = Relay(operation)
+    while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             items.append(step.item)
-            result = None
-        else:
-            result = yield step
+            continue
+        try:
+            relay.returned((yield step))
+        except Exception as exc:
+            relay.failed(exc)
+    return items
 
 
 def _short(value: Any) -> str:

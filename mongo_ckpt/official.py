@@ -16,15 +16,16 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, PendingWrite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt.errors import MongoCkptError
+
 DEFAULT_CHECKPOINTS = "checkpoints"
 DEFAULT_WRITES = "checkpoint_writes"
 # The official unique index, (thread_id, checkpoint_ns, checkpoint_id desc): this order
 # lets a migration stream the collection thread by thread on it.
 THREAD_ORDER = [("thread_id", 1), ("checkpoint_ns", 1), ("checkpoint_id", -1)]
-WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
 
 
-class OfficialFormatError(ValueError):
+class OfficialFormatError(MongoCkptError, ValueError):
     """A document that is not in any layout of langgraph-checkpoint-mongodb."""
 
 

@@ -1,14 +1,29 @@
-"""The checkpointer's operations, written once for the sync and the async saver."""
+"""The checkpointer's operations, written once for the sync and the async saver.
+
+``CheckpointOperations`` holds LangGraph's read and write contract (``get_tuple``,
+``list``, ``put``, ``put_writes``, the DeltaChannel history), ``copy_thread`` and setup;
+what deletes next to live writers is in ``maintenance``.
+
+A ``put`` reads top to bottom in five steps:
+
+1. plan: which new list values are stored as deltas, from this instance's memory and the
+   chains the parent names (``listdelta``);
+2. build: the value requests and the checkpoint document (``documents``), its size
+   checked before anything is written;
+3. values: written first, so a reader never sees a checkpoint without its values; a value
+   stored by an earlier attempt is adopted (the stored value is the truth);
+4. checkpoint and parent probe: one ordered bulk write (``maintenance.probe_parent``);
+5. take back: when the probe misses the parent, ``maintenance.judge_parent`` accepts the
+   checkpoint or takes it back (``StaleParentError``).
+"""
 
 from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
-from bson import ObjectId
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -22,7 +37,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import schema, tombstones
+from mongo_ckpt import listdelta, maintenance, schema
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -34,19 +49,15 @@ from mongo_ckpt.calls import (
     count_documents,
     create_indexes,
     delete_many,
-    distinct,
     find,
     find_cursor,
     next_batch,
-    update_many,
 )
-from mongo_ckpt.clock import server_now
 from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
     history_pipeline,
     missing_ancestor,
-    needed_ancestors,
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
@@ -58,7 +69,8 @@ from mongo_ckpt.documents import (
     checkpoint_update,
     write_requests,
 )
-from mongo_ckpt.identifiers import check_limit, coerce_id, coerce_ids, thread_key
+from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.identifiers import check_limit, coerce_id, thread_key
 from mongo_ckpt.layout import (
     BLOB_KEY,
     BLOBS,
@@ -72,56 +84,45 @@ from mongo_ckpt.layout import (
     write_join,
 )
 from mongo_ckpt.listdelta import (
-    ListDeltas,
     Plan,
-    chains_of,
     is_list,
     same_value,
     stored_chain,
     values_entries,
 )
+from mongo_ckpt.maintenance import Deleted as Deleted  # the command line imports it here
+from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
+    SKELETON,
     Loaded,
     MissingValueError,
     blob_keys_query,
     blobs_query,
     checkpoint_query,
-    inactive_threads_pipeline,
     key_of,
-    keys_query,
     list_query,
-    needed_values,
     split_joined,
     tuple_pipeline,
     writes_query,
 )
-from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
+from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
-SWEEP_BATCH = 500  # threads per round of the retention sweep: no command carries every id
 READ_ATTEMPTS = 3  # reads of a checkpoint that maintenance deletes while it is being read
 _KEY_FIELDS = {
     CHECKPOINTS: CHECKPOINT_KEY,
     BLOBS: (*BLOB_KEY, "part"),
     WRITES: (*WRITE_KEY, "part"),
 }
-SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
-PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
-# Set on the writes and values of checkpoints being deleted, before the checkpoints go:
-# once no checkpoint names them, the mark is how any later maintenance finds them.
-DOOMED, DOOMED_AT = tombstones.DOOMED, tombstones.DOOMED_AT
-# Value and write documents no checkpoint names are deleted by maintenance once this old:
-# a put writes its values before its checkpoint, so a younger one may be on its way.
-STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
 
 
-class ThreadExistsError(ValueError):
+class ThreadExistsError(MongoCkptError, ValueError):
     """``copy_thread`` onto a thread that already has checkpoints of its own."""
 
     def __init__(self, target_thread_id: str) -> None:
@@ -133,17 +134,6 @@ class ThreadExistsError(ValueError):
         self.target_thread_id = target_thread_id
 
 
-@dataclass
-class Deleted:
-    """What a deleting call deleted: the threads and the documents per collection."""
-
-    threads: list[str] = field(default_factory=list)
-    documents: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KEY_FIELDS, 0))
-
-    def add(self, collection: str, count: int) -> None:
-        self.documents[collection] += count
-
-
 class CheckpointOperations:
     """Builds each saver operation as a ``calls.Operation``."""
 
@@ -152,15 +142,13 @@ class CheckpointOperations:
         layout: Layout,
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
-        distances: SnapshotDistances,
-        list_deltas: ListDeltas | None = None,
+        memory: CheckpointMemory,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
-        self.deltas = list_deltas if list_deltas is not None else ListDeltas(enabled=False)
-        # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
-        self.distances = distances
+        # What this saver instance read and wrote: chains, snapshot counters, the layout.
+        self.memory = memory
 
     def _where(self, db_name: str) -> str:
         """How errors name the saver's collections."""
@@ -178,7 +166,7 @@ class CheckpointOperations:
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
-            self.deltas.note_layout(found >= schema.LIST_DELTAS_VERSION)
+            self.memory.note_layout(found >= schema.LIST_DELTAS_VERSION)
             return
         if found is None:
             sample = yield from find(
@@ -201,20 +189,20 @@ class CheckpointOperations:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         recorded = max(found, schema.SAVER_SETUP_VERSION)
         yield from schema.record(key, self.layout.by_logical(), recorded)
-        self.deltas.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
+        self.memory.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
         deltas, so they are written from now on."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
-        self.deltas.note_layout(True)
+        self.memory.note_layout(True)
 
     def recheck_layout(self, db_name: str) -> Operation[None]:
         """Read the recorded layout version again: another process may have upgraded it."""
         key = schema.saver_key(self.layout.checkpoints)
         found = yield from schema.read(key, self._where(db_name))
-        self.deltas.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
+        self.memory.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -262,8 +250,7 @@ class CheckpointOperations:
     def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
         """The tuple of ``doc``, its snapshot counters noted for a history walk."""
         result = loaded.checkpoint_tuple(doc)
-        self.distances.note(key_of(doc), result.metadata)
-        self.deltas.remember(doc)
+        self.memory.read(doc, result.metadata)
         return result
 
     def delta_channel_history(
@@ -275,7 +262,7 @@ class CheckpointOperations:
         target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
         depth = MAX_DEPTH
         if checkpoint_id is not None:
-            depth = self.distances.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
+            depth = self.memory.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
 
         def walk(depth: int) -> Calling[list[Document]]:
             collections = self.layout.by_logical()
@@ -346,24 +333,27 @@ class CheckpointOperations:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Operation[RunnableConfig]:
+        """Store a checkpoint in the five steps of the module's docstring."""
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
         values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
+        # 1. plan
         parent_chains = yield from self._parent_chains(
             key, parent_id, values, versions, new_versions
         )
-        plan = self.deltas.plan(
-            (thread_id, checkpoint_ns, checkpoint_id),
-            parent_id,
+        plan = listdelta.plan(
+            self.memory.usable((thread_id, checkpoint_ns, checkpoint_id), parent_id),
+            self.memory.deltas_enabled,
             values,
             versions,
             new_versions,
             self.serde,
             parent_chains,
         )
+        # 2. build
         blobs = blob_requests(
             thread_id, checkpoint_ns, values, new_versions, self.serde, plan.deltas
         )
@@ -371,26 +361,27 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
+        # 3. values
         inserted: set[Any] = set()
-        if blobs.requests:  # values first: a reader never sees a checkpoint without its values
+        if blobs.requests:
             result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
             inserted = {blobs.heads[i] for i in result.upserted_ids or () if i in blobs.heads}
             found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
             if found:  # stored by an earlier attempt: the stored value is the truth
                 yield from self._adopt_stored(key, plan, values, found, inserted)
                 doc["values"] = values_entries(plan.chains)
+        # 4. checkpoint and parent probe
         write = UpdateOne(key, checkpoint_update(doc), upsert=True)
         if parent_id is None:
             yield from bulk_write(CHECKPOINTS, [write], ordered=True)
         else:
-            # The checkpoint, then a probe of its parent: a parent deleted, or tombstoned
-            # by maintenance about to delete it, takes the checkpoint back (``tombstones``).
-            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id})
+            parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id})
             result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
-            if not tombstones.parent_found(result):
+            # 5. take back
+            if not maintenance.parent_found(result):
                 mine = 0 in (result.upserted_ids or ())  # this call inserted the checkpoint
-                yield from self._judge_parent(key, parent_id, doc, inserted, mine)
-        self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
+                yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
+        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
     def _adopt_stored(
@@ -411,14 +402,14 @@ class CheckpointOperations:
             try:
                 stored = loaded.value(thread_id, checkpoint_ns, channel, version)
             except MissingValueError:
-                yield from _mark_values(inserted)
+                yield from maintenance.mark_values(inserted)
                 raise
             chain = stored_chain(loaded.blobs, (thread_id, checkpoint_ns, channel, version))
             assert chain is not None  # the value was rebuilt from it
             if not same_value(self.serde, values[channel], stored) and not (
                 yield from self._named_elsewhere(key, channel, version)
             ):
-                yield from _mark_values(inserted)
+                yield from maintenance.mark_values(inserted)
                 raise ConflictingValueError(thread_id, checkpoint_ns, channel, version)
             plan.adopt(channel, chain)
 
@@ -453,70 +444,6 @@ class CheckpointOperations:
             todo = bases - asked
         return Loaded(self.serde, docs, ())
 
-    def _judge_parent(
-        self,
-        key: Mapping[str, str],
-        parent_id: str,
-        doc: Mapping[str, Any],
-        inserted: set[Any],
-        mine: bool,
-    ) -> Operation[None]:
-        """After a probe that missed the parent: accept a parent whose tombstone expired (on
-        the server's clock), or one never stored when every value the checkpoint names is
-        stored, unmarked, with the chain it names (and, unless this call inserted it, named
-        by another stored checkpoint), and no DeltaChannel replays history; otherwise take
-        the checkpoint back (``mine``: this call inserted it)."""
-        parent = {**key, "checkpoint_id": parent_id}
-        found = yield from find(CHECKPOINTS, parent, projection=_fields((DOOMED, DOOMED_AT)))
-        if found:
-            if not tombstones.is_live(found[0], (yield from server_now())):
-                return
-        elif not doc["replay"]:
-            named = needed_values([doc])
-            heads: builtins.list[Document] = []
-            if named:
-                query = {**blob_keys_query(named), "part": 0}
-                heads = yield from find(BLOBS, query, projection=_fields(HEAD_FIELDS))
-            if _chains_stored(heads, chains_of(doc["values"])) and (
-                yield from self._still_named(key, named - inserted, mine)
-            ):
-                return
-        yield from self._take_back(key, parent_id, inserted, mine)
-
-    def _still_named(
-        self, key: Mapping[str, str], borrowed: set[Any], mine: bool
-    ) -> Operation[bool]:
-        """Whether every value in ``borrowed`` (named by the checkpoint ``key``, not inserted
-        by this call) is named by a stored checkpoint other than one this call inserted
-        (``mine``): with its parent absent, a value no stored checkpoint names is one
-        ``delete_thread`` is about to delete."""
-        if not borrowed:
-            return True
-        query: dict[str, Any] = {
-            "thread_id": key["thread_id"],
-            "checkpoint_ns": key["checkpoint_ns"],
-            "$or": [
-                {"values": {"$elemMatch": {"channel": ch, "version": v}}}
-                for _, _, ch, v in sorted(borrowed, key=repr)
-            ],
-        }
-        if mine:
-            query["checkpoint_id"] = {"$ne": key["checkpoint_id"]}
-        found = yield from find(CHECKPOINTS, query, projection=SKELETON)
-        return borrowed <= needed_values(found)
-
-    def _take_back(
-        self, key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool
-    ) -> Operation[None]:
-        """Delete the checkpoint if this call inserted it (``mine``), leave the values it
-        inserted marked for maintenance (which keeps any a stored checkpoint names), raise
-        ``StaleParentError``."""
-        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
-        if mine:
-            yield from delete_many(CHECKPOINTS, key)
-        yield from _mark_values(inserted)
-        raise tombstones.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
-
     def _parent_chains(
         self,
         key: Mapping[str, str],
@@ -529,16 +456,16 @@ class CheckpointOperations:
         memory when this instance read or wrote the parent, else from one ``find``; a
         chain the parent does not name (a parent never stored, or gone) is read from the
         stored values."""
-        if parent_id is None or not self.deltas.needs_parent(values, new_versions):
+        if parent_id is None or not listdelta.needs_parent(values, new_versions):
             return None
         parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
-        chains = self.deltas.known_chains(parent)
+        chains = self.memory.known_chains(parent)
         if chains is None:
             query = dict(zip(CHECKPOINT_KEY, parent))
             docs = yield from find(CHECKPOINTS, query, projection=SKELETON)
             for doc in docs:
-                self.deltas.remember(doc)
-            chains = self.deltas.known_chains(parent) or {}
+                self.memory.remember(doc)
+            chains = self.memory.known_chains(parent) or {}
         unknown = {
             ch: versions[ch]
             for ch, v in values.items()
@@ -575,46 +502,17 @@ class CheckpointOperations:
         if requests.requests:
             yield from _write_values(WRITES, WRITE_KEY, requests)
 
-    def delete_thread(self, thread_id: str) -> Operation[None]:
-        query = {"thread_id": coerce_id(thread_id, "thread_id")}
-        self.deltas.forget([query["thread_id"]])
-        yield from self._delete(query, query, query)
-
-    def _delete(
-        self,
-        checkpoints: Mapping[str, Any],
-        writes: Mapping[str, Any],
-        blobs: Mapping[str, Any],
-    ) -> Operation[Deleted]:
-        deleted = Deleted()
-        # Checkpoints go first so a reader never sees one whose values are gone.
-        for collection, query in ((CHECKPOINTS, checkpoints), (WRITES, writes), (BLOBS, blobs)):
-            deleted.add(collection, (yield from delete_many(collection, query)).deleted_count)
-        return deleted
-
+    # The command line's entry points into maintenance (``mongo_ckpt.cli.maintenance``).
     def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
-        """Delete the threads whole (``prune`` strategy ``delete``); what was deleted."""
-        ids = coerce_ids(thread_ids, "thread_ids")
-        self.deltas.forget(ids)
-        threads = {"thread_id": {"$in": sorted(ids)}}
-        deleted = yield from self._delete(threads, threads, threads)
-        deleted.threads = sorted(set(ids))
-        return deleted
+        return maintenance.delete_threads(self.memory.forget, thread_ids)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
-        ids = coerce_ids(run_ids, "run_ids")
-        if not ids:
-            return
-        threads = yield from distinct(CHECKPOINTS, "thread_id", {"run_id": {"$in": ids}})
-        # With no checkpoint of the runs left, this still finishes an earlier, cut call.
-        skeletons = (yield from self._skeletons(threads)) if threads else []
-        self.deltas.forget(threads)
-        runs = set(ids)
-        survivors = [s for s in skeletons if s.get("run_id") not in runs]
-        # A run's checkpoint that a surviving checkpoint rebuilds DeltaChannel state from stays.
-        keep = needed_ancestors(skeletons, survivors)
-        doomed = [s for s in skeletons if s.get("run_id") in runs and key_of(s) not in keep]
-        yield from self._delete_checkpoints(threads, doomed)
+    def delete_idle(self, thread_ids: Sequence[str], cutoff: datetime) -> Operation[Deleted]:
+        return maintenance.delete_idle(self.memory.forget, thread_ids, cutoff)
+
+    def prune_plan(
+        self, thread_ids: Sequence[str]
+    ) -> Operation[tuple[builtins.list[Document], builtins.list[Document]]]:
+        return maintenance.prune_plan(thread_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
@@ -661,234 +559,13 @@ class CheckpointOperations:
                 updated += len(requests)
         return updated
 
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Operation[None]:
-        ids = coerce_ids(thread_ids, "thread_ids")
-        if strategy not in PRUNE_STRATEGIES:
-            raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
-        if not ids:
-            return
-        if strategy in ("delete", "delete_all"):
-            yield from self.delete_threads(ids)
-            return
-        self.deltas.forget(ids)
-        _, doomed = yield from self.prune_plan(ids)
-        yield from self._delete_checkpoints(ids, doomed)
-
-    def prune_plan(
-        self, thread_ids: Sequence[str]
-    ) -> Operation[tuple[builtins.list[Document], builtins.list[Document]]]:
-        """What ``keep_latest`` would delete: ``(skeletons of the threads, doomed ones)``."""
-        skeletons = yield from self._skeletons(coerce_ids(thread_ids, "thread_ids"))
-        latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
-        for s in skeletons:
-            ns_key = key_of(s)[:2]
-            if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
-                latest[ns_key] = s
-        # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
-        keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
-        return skeletons, [s for s in skeletons if key_of(s) not in keep]
-
-    def sweep_expired(self, ttl: float, batch: int = SWEEP_BATCH) -> Operation[builtins.list[str]]:
-        """Delete every thread idle for longer than ``ttl`` seconds by the server's clock,
-        ``batch`` threads at a time; return their ids."""
-        now = yield from server_now()
-        cutoff = now - timedelta(seconds=ttl)
-        docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
-        deleted = yield from self.delete_idle(sorted(doc["_id"] for doc in docs), cutoff, batch)
-        return deleted.threads
-
-    def delete_idle(
-        self, thread_ids: Sequence[str], cutoff: datetime, batch: int = SWEEP_BATCH
-    ) -> Operation[Deleted]:
-        """Delete the threads of ``thread_ids`` that have no checkpoint stored since
-        ``cutoff`` (a time of the server's clock), ``batch`` threads at a time.
-
-        The ids may have been chosen long before (a confirmation prompt in between): each
-        thread is judged again, after its tombstones, so a thread that became active is
-        spared.
-        """
-        ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
-        deleted = Deleted()
-        for start in range(0, len(ids), batch):
-            yield from self._expire(ids[start : start + batch], cutoff, deleted)
-        if not ids:  # it finishes a sweep (or prune) cut after its delete
-            now = yield from server_now()
-            yield from self._delete_unneeded([], now, deleted)
-        return deleted
-
-    def _expire(
-        self, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
-    ) -> Operation[None]:
-        """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``."""
-        now = yield from server_now()
-        # Tombstones first, then a look for checkpoints stored since the cutoff: a put
-        # that came first makes its thread active again; one that comes later finds its
-        # parent tombstoned and takes its checkpoint back (``tombstones``).
-        token = ObjectId()
-        threads_query = {"thread_id": {"$in": list(thread_ids)}}
-        yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
-        recent = {**threads_query, "created_at": {"$gte": cutoff}}
-        active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-        if (yield from self._lease_renewed(threads_query, token, now)):
-            active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-        if active:
-            spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
-            yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
-        expired = [t for t in thread_ids if t not in active]
-        self.deltas.forget(expired)
-        if expired:
-            # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
-            threads_query = {"thread_id": {"$in": expired}}
-            mark = {"$set": {DOOMED: True}}
-            yield from update_many(WRITES, threads_query, mark)
-            yield from update_many(BLOBS, threads_query, mark)
-            result = yield from delete_many(CHECKPOINTS, threads_query)
-            deleted.add(CHECKPOINTS, result.deleted_count)
-            deleted.threads.extend(expired)
-        yield from self._delete_unneeded(expired, now, deleted)
-
-    def _lease_renewed(
-        self, query: Mapping[str, Any], token: ObjectId, since: datetime
-    ) -> Operation[bool]:
-        """Renew this call's tombstones (set at ``since``, server time) when more than half
-        their lease has passed by the server's clock: a put meanwhile may have seen them
-        expired, so the caller reads the threads again (``True``)."""
-        now = yield from server_now()
-        if now - since <= tombstones.TOMBSTONE_LEASE / 2:
-            return False
-        renew = {"$set": {tombstones.DOOMED_AT: now}}
-        yield from update_many(CHECKPOINTS, {**query, DOOMED: token}, renew)
-        return True
-
-    def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
-        query = {"thread_id": {"$in": sorted(thread_ids)}}
-        return (yield from find(CHECKPOINTS, query, projection=SKELETON))
-
-    def _delete_checkpoints(
-        self, thread_ids: Sequence[str], doomed: Sequence[Mapping[str, Any]]
-    ) -> Operation[None]:
-        """Delete ``doomed`` checkpoints, their writes, and the values only they need.
-
-        Each step is safe to cut and retry:
-
-        1. tombstone the doomed checkpoints (chosen from an earlier read) at the server's
-           time, then read the threads' checkpoints again (and once more after renewing
-           the tombstones when half their lease has passed: ``_lease_renewed``): one
-           stored since is a survivor, and the doomed ones
-           it (or any survivor) rebuilds DeltaChannels from are spared. A put that comes after
-           the tombstones finds its parent tombstoned and takes its checkpoint back
-           (``tombstones``), so no checkpoint is stored on a parent about to go;
-        2. mark the writes of the checkpoints still doomed, and the value versions that
-           they, and no stored survivor, need (``values`` names list-delta bases too, so
-           a base lives as long as a checkpoint rebuilt from it);
-        3. delete those checkpoints;
-        4. delete marked documents no checkpoint needs (``_delete_unneeded``, which also
-           finishes any earlier call that was cut).
-        """
-        planned = {key_of(s) for s in doomed}
-        now = yield from server_now()
-        if planned:
-            token = ObjectId()
-            update = tombstones.tombstone(token, now)
-            yield from update_many(CHECKPOINTS, keys_query(planned), update)
-            stored = yield from self._skeletons(thread_ids)
-            if (yield from self._lease_renewed(keys_query(planned), token, now)):
-                stored = yield from self._skeletons(thread_ids)
-            alive = [s for s in stored if key_of(s) not in planned]
-            spared = planned & needed_ancestors(stored, alive)
-            if spared:
-                mine = {**keys_query(spared), DOOMED: token}
-                yield from update_many(CHECKPOINTS, mine, tombstones.UNTOMBSTONE)
-            gone = planned - spared
-            survivors = [s for s in stored if key_of(s) not in gone]
-            unused = needed_values(s for s in doomed if key_of(s) in gone)
-            unused -= needed_values(survivors)
-            mark = {"$set": {DOOMED: True}}
-            if gone:
-                yield from update_many(WRITES, keys_query(gone), mark)
-                if unused:
-                    yield from update_many(BLOBS, blob_keys_query(unused), mark)
-                yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids, now, Deleted())
-
-    def _delete_unneeded(
-        self, thread_ids: Iterable[str], now: datetime, deleted: Deleted
-    ) -> Operation[None]:
-        """Delete the writes and values that no checkpoint needs, read now: the marked ones
-        (of this call, or of an earlier call that was cut, in any thread) and, in
-        ``thread_ids``, those older than ``STRAY_AGE`` at ``now`` (the server's time; a
-        ``put`` or ``put_writes`` cut and never retried), counted into ``deleted``. Parts
-        of such documents go too, and so do old parts that their head does not join
-        (``payload.stray_parts``)."""
-        threads = set(thread_ids)
-        cutoff = ObjectId.from_datetime(now - STRAY_AGE)
-        # The threads' documents by the key index; their age is judged here, by ``_id``.
-        query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
-        found: dict[str, builtins.list[Document]] = {}
-        stray: set[Any] = set()
-        for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
-            projection = _fields((*fields, "part", "vid", DOOMED))
-            docs = yield from find(collection, query, projection=projection)
-            found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
-            # Parts no head joins, judged against every head of the threads.
-            own = [d for d in docs if d["thread_id"] in threads]
-            stray.update(stray_parts(own, fields, headless=True))
-        if not any(found.values()):
-            return
-        current = yield from self._skeletons({d["thread_id"] for ds in found.values() for d in ds})
-        needed = {
-            WRITES: {key_of(s) for s in current},
-            BLOBS: needed_values(current),
-        }
-        for collection, owner_key in ((WRITES, CHECKPOINT_KEY), (BLOBS, BLOB_KEY)):
-            docs = found[collection]
-            ids = {
-                d["_id"]
-                for d in docs
-                if key_of(d, owner_key) not in needed[collection]
-                or (d["_id"] in stray and _older(d, cutoff))
-            }
-            if ids:
-                owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
-                result = yield from delete_many(collection, chosen)
-                deleted.add(collection, result.deleted_count)
-
-
-def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
-    """Whether ``doc`` was inserted before ``cutoff`` (by its ObjectId ``_id``)."""
-    return isinstance(doc["_id"], ObjectId) and doc["_id"] < cutoff
-
 
 def _fields(names: Iterable[str]) -> dict[str, int]:
     return {name: 1 for name in names}
 
 
-HEAD_FIELDS = (*BLOB_KEY, "base", DOOMED)
-
-
 def _is_delta_head(doc: Mapping[str, Any]) -> bool:
     return doc.get("part", 0) == 0 and "base" in doc
-
-
-def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
-    """Whether every version ``chains`` name has a stored, unmarked head (``heads``) whose
-    base is the version before it in its chain (none for the first)."""
-    by_key = {(h["channel"], h["version"]): h for h in heads}
-    for channel, chain in chains.items():
-        for position, version in enumerate(chain):
-            head = by_key.get((channel, version))
-            if head is None or head.get(DOOMED):
-                return False
-            if head.get("base") != (chain[position - 1] if position else None):
-                return False
-    return True
-
-
-def _mark_values(keys: set[Any]) -> Operation[None]:
-    """Mark the values of exact ``(thread, ns, channel, version)`` keys for maintenance."""
-    if keys:
-        yield from update_many(BLOBS, blob_keys_query(keys), {"$set": {DOOMED: True}})
 
 
 def _write_values(
@@ -912,10 +589,6 @@ def _write_values(
     return result
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:
     cursor = yield from find_cursor(collection, query)
     while docs := (yield from next_batch(cursor, COPY_BATCH)):
@@ -928,7 +601,7 @@ def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[N
 def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
     dropped = {"_id"}
     if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
-        dropped |= {tombstones.DOOMED, tombstones.DOOMED_AT}
+        dropped |= {maintenance.DOOMED, maintenance.DOOMED_AT}
     doc = {k: v for k, v in doc.items() if k not in dropped}
     if collection == CHECKPOINTS:
         doc[COPIED_FROM] = doc["thread_id"]

@@ -36,6 +36,7 @@ from langgraph.store.base import IndexConfig, TTLConfig
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import (
     ARGUMENTS,
     BLOBS,
@@ -58,7 +59,7 @@ VARIABLES = {
 }
 
 
-class ConfigurationError(RuntimeError):
+class ConfigurationError(MongoCkptError, RuntimeError):
     """The environment lacks what an entry point needs."""
 
 

@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import (
     check_field_name,
     check_filter_value,
@@ -21,6 +22,8 @@ from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 
 LATEST = [("checkpoint_id", -1)]
+# What maintenance and a put read of a checkpoint: its key, parent, the values it names.
+SKELETON = dict.fromkeys((*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id"), 1)
 Key = tuple[str, ...]
 
 
@@ -188,7 +191,7 @@ def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
     ]
 
 
-class MissingValueError(LookupError):
+class MissingValueError(MongoCkptError, LookupError):
     """A checkpoint names a channel value whose documents are missing or incomplete.
 
     ``base`` is set when the value is a list delta and the missing document is the

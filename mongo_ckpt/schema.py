@@ -38,6 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mongo_ckpt.calls import Operation, find_one, update_one
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 from mongo_ckpt.layout import Layout
@@ -54,11 +55,11 @@ SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 UPGRADE_LIMIT = 10_000
 
 
-class SchemaTooNewError(RuntimeError):
+class SchemaTooNewError(MongoCkptError, RuntimeError):
     """The data was written by a newer mongo-ckpt whose layout this version cannot read."""
 
 
-class SchemaUpgradeRequired(RuntimeError):
+class SchemaUpgradeRequired(MongoCkptError, RuntimeError):
     """The data needs an upgrade (or a migration) that ``setup()`` does not run itself."""
 
 

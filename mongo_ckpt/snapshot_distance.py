@@ -10,8 +10,7 @@ That bounds the history pipeline's ``$graphLookup``, whose depth 0 is the target
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # LangGraph snapshots every delta channel at least this often (same variable and default),
@@ -48,34 +47,3 @@ def walk_depth(steps: Mapping[str, int], channels: Sequence[str]) -> int:
     if not channels or any(ch not in steps for ch in channels):
         return MAX_DEPTH
     return min(MAX_DEPTH, max(0, max(steps[ch] for ch in channels) - 1))
-
-
-class SnapshotDistances:
-    """``supersteps_since_snapshot`` of the checkpoints a saver read last, by checkpoint key.
-
-    LangGraph reads a checkpoint (``get_tuple``, ``list``) right before it asks for
-    that checkpoint's DeltaChannel history, so the history walk finds the counters
-    here and needs no extra round trip. The oldest entries go past ``size``.
-    Thread-safe: LangGraph calls a sync saver from background threads too.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._steps: dict[Hashable, dict[str, int]] = {}
-        self._lock = threading.Lock()
-
-    def note(self, key: Hashable, metadata: Mapping[str, Any]) -> None:
-        """Remember the counters of the checkpoint ``key`` (forget them if it has none)."""
-        steps = supersteps_since_snapshot(metadata)
-        with self._lock:
-            self._steps.pop(key, None)
-            if steps:
-                self._steps[key] = steps
-                if len(self._steps) > self.size:
-                    del self._steps[next(iter(self._steps))]
-
-    def walk_depth(self, key: Hashable, channels: Sequence[str]) -> int:
-        """``walk_depth`` for the checkpoint ``key``; ``MAX_DEPTH`` if it was not noted."""
-        with self._lock:
-            steps = self._steps.get(key, {})
-        return walk_depth(steps, channels)

@@ -5,9 +5,9 @@ A saver or store decides once, when it is created, whether to trace: only when
 ``Tracing``, or set globally with ``trace.set_tracer_provider``). Otherwise it gets
 no ``OperationTracer`` and runs its operations unwrapped.
 
-A traced operation sits between the driver and the operation generator: it passes
-each step on, sends each result back and throws each failed call's error back in,
-counting calls and BSON bytes on the way.
+A traced operation sits between the driver and the operation generator: it relays
+each step (``calls.Relay``: each result sent back, each failed call's error thrown back
+in), counting calls and BSON bytes on the way.
 
 A failed operation's span carries the error's message and traceback, which may name
 threads and store namespaces (``MissingValueError``, ``StaleParentError``, a server's
@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import GeneratorType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 
 import bson
 
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.redaction import redacted
 
 if TYPE_CHECKING:
@@ -100,14 +98,26 @@ def operation_tracer(tracing: Tracing | None, db_name: str) -> OperationTracer |
     return tracing.tracer(db_name)
 
 
-def arguments(operation: Operation[Any]) -> Mapping[str, Any]:
-    """The arguments ``operation`` was called with (a generator's locals before it starts)."""
-    return inspect.getgeneratorlocals(operation)
+@dataclass(frozen=True)
+class SpanInfo:
+    """What the caller of an operation says its span shows: the name (``get_tuple``,
+    ``store.search``...), the thread and namespace it works on, the other threads it
+    names (a copy's target, a prune's threads) and the store namespaces."""
 
+    name: str
+    thread_id: Any = None
+    checkpoint_ns: Any = None
+    thread_ids: Sequence[Any] = ()
+    namespaces: Iterable[Sequence[str]] = ()
 
-def operation_name(operation: Operation[Any]) -> str:
-    """The name of the function that made ``operation``."""
-    return cast("GeneratorType[Any, Any, Any]", operation).__name__
+    @classmethod
+    def of_config(cls, name: str, config: Any) -> SpanInfo:
+        """The span of an operation on ``config`` (an invalid one too: the operation
+        itself refuses it)."""
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        if not isinstance(configurable, Mapping) or not configurable:
+            return cls(name)
+        return cls(name, configurable.get("thread_id"), configurable.get("checkpoint_ns", ""))
 
 
 class OperationTracer:
@@ -200,21 +210,18 @@ class OperationTracer:
 
         span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         counts = _Counts()
-        result: Any = None
-        error: Exception | None = None
+        relay = Relay(operation)
         try:
-            while True:
-                try:
-                    step = operation.throw(error) if error is not None else operation.send(result)
-                except StopIteration as stop:
-                    return cast(T, stop.value)
+            while (step := relay.next_step()) is not None:
                 counts.sent(step)
                 try:
-                    result, error = (yield step), None
+                    result = yield step
                 except Exception as exc:  # the call failed: the operation may handle it
-                    result, error = None, exc
+                    relay.failed(exc)
                 else:
                     counts.received(step, result)
+                    relay.returned(result)
+            return relay.value
         except Exception as exc:
             _failed(span, exc, scrub)
             raise

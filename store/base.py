@@ -26,11 +26,9 @@ from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, Plan, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
-from mongo_ckpt.telemetry import Tracing, arguments, operation_name, operation_tracer
+from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
-# Span names for the operations not named like the public method that runs them.
-_SPAN_NAMES = {"_setup_once": "setup"}
 
 
 class MongoStoreBase(BaseStore):
@@ -137,22 +135,17 @@ class MongoStoreBase(BaseStore):
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-        def _run(self, operation: Operation[T]) -> T: ...
+        def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        async def _arun(self, operation: Operation[T]) -> T: ...
+        async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-    def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use; in a span when traced."""
+    def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]:
+        """``operation``, preceded by setup on first use; in ``span`` when traced."""
         prepared = self._after_setup(operation)
-        if self._tracer is None:
+        if self._tracer is None or span is None:
             return prepared
-        plan = arguments(operation).get("plan")
-        if isinstance(plan, Plan):
-            name, namespaces = plan.kind(), plan.namespaces()
-        else:
-            name, namespaces = operation_name(operation), set()
         return self._tracer.traced(
-            f"mongo_ckpt.store.{_SPAN_NAMES.get(name, name)}", prepared, namespaces=namespaces
+            f"mongo_ckpt.store.{span.name}", prepared, namespaces=span.namespaces
         )
 
     def _after_setup(self, operation: Operation[T]) -> Operation[T]:
@@ -175,13 +168,13 @@ class MongoStoreBase(BaseStore):
         (idempotent; also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
-        self._run(self._setup_once())
+        self._run(self._setup_once(), SpanInfo("setup"))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
         plan = self.ops.plan(_validated(ops))
         embedded = embed(self.embeddings, plan.embedding, self._dims)
-        return self._run(self.ops.run_plan(plan, embedded))
+        return self._run(self.ops.run_plan(plan, embedded), _span_of(plan))
 
     def put(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """``BaseStore.put``, with the namespace's shape checked first (a dict would
@@ -194,20 +187,20 @@ class MongoStoreBase(BaseStore):
 
         Returns how many were deleted.
         """
-        return self._run(self.ops.sweep_ttl())
+        return self._run(self.ops.sweep_ttl(), SpanInfo("sweep_ttl"))
 
     # -- async API ------------------------------------------------------------
 
     async def asetup(self) -> None:
         """Async ``setup``."""
         self._is_setup = False
-        await self._arun(self._setup_once())
+        await self._arun(self._setup_once(), SpanInfo("setup"))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async ``batch``."""
         plan = self.ops.plan(_validated(ops))
         embedded = await aembed(self.embeddings, plan.embedding, self._dims)
-        return await self._arun(self.ops.run_plan(plan, embedded))
+        return await self._arun(self.ops.run_plan(plan, embedded), _span_of(plan))
 
     async def aput(self, namespace: Any, key: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Async ``put``, with the namespace's shape checked first."""
@@ -216,7 +209,7 @@ class MongoStoreBase(BaseStore):
 
     async def asweep_ttl(self) -> int:
         """Async ``sweep_ttl``."""
-        return await self._arun(self.ops.sweep_ttl())
+        return await self._arun(self.ops.sweep_ttl(), SpanInfo("sweep_ttl"))
 
     # -- helpers --------------------------------------------------------------
 
@@ -252,3 +245,8 @@ def _is_collection(obj: Any) -> bool:
     """A PyMongo/Motor/mongomock collection (a client's ``__getattr__`` would answer
     any attribute, so the type name decides)."""
     return "Collection" in type(obj).__name__
+
+
+def _span_of(plan: Plan) -> SpanInfo:
+    """A batch's span: named after the kind of its operations, with their namespaces."""
+    return SpanInfo(plan.kind(), namespaces=plan.namespaces())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 
 OFFICIAL_FIELD = "namespace_str"  # langgraph-store-mongodb's joined namespace
@@ -19,7 +20,7 @@ SAVER_INDEXES = {"checkpoint_key", "blob_key", "write_key"}  # mongo_ckpt.layout
 ITEM_FIELDS = {"namespace", "ns", "key"}  # every item document of this store has them
 
 
-class ForeignCollectionError(ValueError):
+class ForeignCollectionError(MongoCkptError, ValueError):
     """The store's collection holds another layout (the checkpointer's, the official
     store's); nothing was written."""
 

@@ -2,7 +2,7 @@
 
 A batch runs in three steps. ``plan`` validates every op and groups them
 (nothing has touched the database if it raises); the caller then embeds the
-texts the plan asks for (sync or async); ``execute`` is the I/O as a
+texts the plan asks for (sync or async); ``run_plan`` is the I/O as a
 ``calls.Operation``: one ``find`` for all gets, one call per search and per
 namespace listing, then one ordered ``bulk_write`` for every TTL refresh and
 put. Reads see the state before the batch's writes, as in ``InMemoryStore``;
@@ -328,7 +328,9 @@ class StoreOperations:
 
 def _check_page(limit: Any, offset: Any) -> None:
     for name, number in (("limit", limit), ("offset", offset)):
-        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise TypeError(f"{name} must be an int, got {type(number).__name__}: {number!r}")
+        if number < 0:
             raise ValueError(f"{name} must be a non-negative integer, got {number!r}")
     if limit + offset > MAX_LIMIT:  # MongoDB reads skip and limit as 64-bit ints
         raise ValueError(

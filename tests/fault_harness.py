@@ -27,7 +27,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import ConflictingValueError
+from mongo_ckpt import ConflictingValueError, maintenance
 from mongo_ckpt.layout import CHECKPOINTS
 from tests.backends import maybe_await
 from tests.faults import Fault, Faults
@@ -149,7 +149,9 @@ async def scenario(world: World, name: str, other_value: bool) -> Scenario:
 async def sweep(api: Api) -> Any:
     """The retention sweep with a one-day ``ttl``, on the harness's saver (created without
     one, so no automatic sweep runs in the other scenarios)."""
-    operation = api.saver.ops.sweep_expired(timedelta(days=1).total_seconds())
+    operation = maintenance.sweep_expired(
+        api.saver.memory.forget, timedelta(days=1).total_seconds()
+    )
     return await maybe_await(
         api.saver._arun(operation) if api.is_async else api.saver._run(operation)
     )

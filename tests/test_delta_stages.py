@@ -30,9 +30,9 @@ from mongo_ckpt.delta import (
     work_item_stages,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, JOIN_SEP, WRITES, blob_join, write_join
+from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.snapshot_distance import (
     MAX_DEPTH,
-    SnapshotDistances,
     supersteps_since_snapshot,
     walk_depth,
 )
@@ -315,12 +315,16 @@ def test_walk_depth_reaches_the_farthest_seed() -> None:
 
 
 def test_snapshot_distances_keep_the_latest_entries() -> None:
-    distances = SnapshotDistances(size=2)
-    for i in range(3):
-        distances.note(i, {"counters_since_delta_snapshot": {"a": (0, i + 2)}})
-    assert [distances.walk_depth(i, ["a"]) for i in range(3)] == [MAX_DEPTH, 2, 3]
-    distances.note(2, {})  # re-read without counters: forgotten
-    assert distances.walk_depth(2, ["a"]) == MAX_DEPTH
+    memory = CheckpointMemory(checkpoints=2)
+    keys = [("t", "", f"c{i}") for i in range(3)]
+    for i, key in enumerate(keys):
+        doc = dict(zip(("thread_id", "checkpoint_ns", "checkpoint_id"), key))
+        memory.read(doc, {"counters_since_delta_snapshot": {"a": (0, i + 2)}})
+    assert [memory.walk_depth(key, ["a"]) for key in keys] == [MAX_DEPTH, 2, 3]
+    memory.read(dict(zip(("thread_id", "checkpoint_ns", "checkpoint_id"), keys[2])), {})
+    assert memory.walk_depth(keys[2], ["a"]) == MAX_DEPTH  # re-read without counters
+    memory.forget(["t"])
+    assert memory.walk_depth(keys[1], ["a"]) == MAX_DEPTH
 
 
 def seed_distances(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:

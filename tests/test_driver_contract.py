@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 from pymongo import ASCENDING, IndexModel, InsertOne
 from pymongo.errors import BulkWriteError
 
 from mongo_ckpt.calls import (
+    Emit,
     Operation,
     aggregate,
     bulk_write,
@@ -35,6 +37,9 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
+from mongo_ckpt.drivers import _stoppable
+from mongo_ckpt.migration import _collect
+from mongo_ckpt.telemetry import Tracing
 from tests.backends import maybe_await
 from tests.saver_support import Api, put_chain
 
@@ -125,6 +130,31 @@ def handles_a_duplicate() -> Operation[str]:
 async def test_a_steps_error_is_thrown_back_into_the_operation(api: Api) -> None:
     assert await _with_scratch(api).run(handles_a_duplicate()) == "handled [11000]"
     assert (await api.run(find(SCRATCH, {"_id": 1}))) == [{"_id": 1, "handled": True}]
+
+
+def emits_and_handles_a_duplicate() -> Operation[None]:
+    """``handles_a_duplicate`` as an emitting operation."""
+    yield Emit((yield from handles_a_duplicate()))
+
+
+def nested() -> Operation[list[Any]]:
+    """An emitting operation run inside another (``migration._collect``)."""
+    return (yield from _collect(emits_and_handles_a_duplicate()))
+
+
+async def test_every_relay_throws_a_steps_error_back_into_the_operation(api: Api) -> None:
+    """The same contract through a span, a stoppable background run and a nested
+    operation: each relays with ``calls.Relay``."""
+    api = _with_scratch(api)
+    assert await api.run(nested()) == ["handled [11000]"]
+    stoppable = _stoppable(handles_a_duplicate(), lambda: False)
+    await api.run(delete_many(SCRATCH, {}))
+    assert await api.run(stoppable) == "handled [11000]"
+    await api.run(delete_many(SCRATCH, {}))
+    tracer = Tracing(tracer_provider=TracerProvider()).tracer("contract_db")
+    assert tracer is not None
+    traced = tracer.traced("mongo_ckpt.contract", handles_a_duplicate())
+    assert await api.run(traced) == "handled [11000]"
 
 
 async def test_a_streamed_list_closed_early_leaves_the_saver_usable(api: Api) -> None:

@@ -1,5 +1,6 @@
-"""The list-delta cache of one saver instance: compact digests, a byte budget, least
-recently used threads evicted first, and deltas still formed for the threads it holds."""
+"""The list-delta chains one saver instance remembers (``memory.CheckpointMemory``):
+compact digests, a byte budget, least recently used threads evicted first, and deltas
+still formed for the threads it holds."""
 
 from __future__ import annotations
 
@@ -9,13 +10,8 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from mongo_ckpt.listdelta import (
-    DIGEST_SIZE,
-    LINK_BYTES,
-    THREAD_BYTES,
-    ListDeltas,
-    Plan,
-)
+from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, Plan, plan
+from mongo_ckpt.memory import THREAD_BYTES, CheckpointMemory
 
 SERDE = JsonPlusSerializer()
 MESSAGES = 2000
@@ -23,32 +19,33 @@ THREADS = 160
 PER_THREAD = THREAD_BYTES + MESSAGES * DIGEST_SIZE + 2 * LINK_BYTES  # after two versions
 
 
-def allowed(**options: Any) -> ListDeltas:
-    """A cache whose database allows list deltas (its layout version was read as 4)."""
-    deltas = ListDeltas(**options)
-    deltas.note_layout(True)
-    return deltas
+def memory(cache_bytes: int | None = None) -> CheckpointMemory:
+    """A saver instance's memory on a database that allows list deltas."""
+    made = CheckpointMemory() if cache_bytes is None else CheckpointMemory(cache_bytes=cache_bytes)
+    made.note_layout(True)
+    return made
 
 
-def put(deltas: ListDeltas, thread: str, step: int, size: int) -> Plan:
+def put(deltas: CheckpointMemory, thread: str, step: int, size: int) -> Plan:
     """Plan and record checkpoint ``step`` of ``thread``: a list of ``size`` strings, the
     previous step's list with elements appended."""
     value = [f"{thread} message {i} " + "x" * 40 for i in range(size)]
     version = f"{step + 1:08}"
     parent = f"c{step - 1}" if step else None
     key = (thread, "", f"c{step}")
-    plan = deltas.plan(key, parent, {"m": value}, {"m": version}, {"m": version}, SERDE, None)
-    deltas.wrote(key, plan)
-    return plan
+    usable, enabled = deltas.usable(key, parent), deltas.deltas_enabled
+    made = plan(usable, enabled, {"m": value}, {"m": version}, {"m": version}, SERDE, None)
+    deltas.wrote(key, made)
+    return made
 
 
-def grow(deltas: ListDeltas, thread: str, steps: int = 2) -> list[Plan]:
+def grow(deltas: CheckpointMemory, thread: str, steps: int = 2) -> list[Plan]:
     """``steps`` versions of ``thread``, the last with ``MESSAGES`` elements."""
     return [put(deltas, thread, step, MESSAGES - steps + 1 + step) for step in range(steps)]
 
 
 def test_a_long_thread_costs_one_compact_digest_per_element() -> None:
-    deltas = allowed()
+    deltas = memory()
     plans = grow(deltas, "t", steps=4)
     assert [bool(p.deltas) for p in plans] == [False, True, True, True]
     links = len(plans[-1].links["m"].links)  # the 4th version: from the 1st, 3rd and itself
@@ -58,7 +55,7 @@ def test_a_long_thread_costs_one_compact_digest_per_element() -> None:
 
 def test_many_long_threads_stay_within_the_byte_budget() -> None:
     budget = 2**20
-    deltas = allowed(cache_bytes=budget)
+    deltas = memory(budget)
     per_thread = PER_THREAD
     gc.collect()
     tracemalloc.start()
@@ -82,7 +79,7 @@ def test_many_long_threads_stay_within_the_byte_budget() -> None:
 
 
 def test_a_read_thread_is_used_recently() -> None:
-    deltas = allowed(cache_bytes=3 * PER_THREAD + PER_THREAD // 2)
+    deltas = memory(3 * PER_THREAD + PER_THREAD // 2)
     for n in range(3):
         grow(deltas, f"t{n}")
     assert put(deltas, "t0", 2, MESSAGES + 1).deltas  # t0 becomes the most recent
@@ -92,7 +89,7 @@ def test_a_read_thread_is_used_recently() -> None:
 
 
 def test_a_chain_larger_than_the_budget_is_not_kept() -> None:
-    deltas = allowed(cache_bytes=1000)
+    deltas = memory(1000)
     plans: list[Any] = grow(deltas, "t")
     assert deltas.cached_bytes == 0
     assert not any(p.deltas for p in plans)

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from mongo_ckpt import StaleParentError, operations
+from mongo_ckpt import StaleParentError, maintenance
 from mongo_ckpt.layout import CHECKPOINTS
 from tests.graphs import thread
 from tests.saver_support import Api, assert_no_orphans
@@ -89,7 +89,7 @@ async def test_run_continues_after_delete(api: Api, monkeypatch: pytest.MonkeyPa
     assert (await api.state(graph, thread("doomed"))).values == {}
     # What the run wrote after the delete (the refused put's values, a task's writes to
     # a deleted checkpoint) is left for maintenance; counted as old, one prune collects it.
-    monkeypatch.setattr(operations, "STRAY_AGE", timedelta(seconds=-5))
+    monkeypatch.setattr(maintenance, "STRAY_AGE", timedelta(seconds=-5))
     await api.prune(["doomed"])
     await assert_no_orphans(api)
 

@@ -2,8 +2,8 @@
 makes the decisions of one whose clock is right, and a maintenance call slower than the
 tombstone lease renews its tombstones and reads the threads again before it deletes.
 
-The client clock is skewed by patching ``operations._now`` (what the saver's code reads
-the client's time with) while the maintenance call runs; the puts run on a right clock.
+The client clock is skewed by patching ``datetime`` in ``documents`` (where the saver
+builds what it stores) while the maintenance call runs; the puts run on a right clock.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import StaleParentError, operations, tombstones
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt import StaleParentError, documents, maintenance
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.clock import CLOCK_ID
 from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
@@ -36,7 +36,12 @@ Hook = Callable[[Call | NextBatch], Awaitable[None]]
 
 
 def skew_client_clock(monkeypatch: pytest.MonkeyPatch, skew: timedelta) -> None:
-    monkeypatch.setattr(operations, "_now", lambda: datetime.now(timezone.utc) + skew)
+    class Skewed(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+            return datetime.now(tz) + skew
+
+    monkeypatch.setattr(documents, "datetime", Skewed, raising=False)
 
 
 async def drive(
@@ -45,28 +50,23 @@ async def drive(
     before: Hook | None = None,
     result_of: Callable[[Call | NextBatch, Any], Any] | None = None,
 ) -> Any:
-    """Run ``operation`` call by call: ``before`` each call is sent, ``result_of`` may
-    change what a call returns."""
-    result: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            step = operation.throw(error) if error is not None else operation.send(result)
-        except StopIteration as stop:
-            return stop.value
+    """Run ``operation`` call by call (``calls.Relay``): ``before`` each call is sent,
+    ``result_of`` may change what a call returns."""
+    relay = Relay(operation)
+    while (step := relay.next_step()) is not None:
         assert isinstance(step, (Call, NextBatch))
         if before is not None:
             await before(step)
-        result, error = None, None
         try:
             if api.is_async:
                 result = await aexecute(api.saver.collections, step)
             else:
                 result = execute(api.saver.collections, step)
         except Exception as exc:
-            error = exc
-        if result_of is not None and error is None:
-            result = result_of(step, result)
+            relay.failed(exc)
+            continue
+        relay.returned(result if result_of is None else result_of(step, result))
+    return relay.value
 
 
 def is_tombstoning(step: Call | NextBatch) -> bool:
@@ -74,7 +74,7 @@ def is_tombstoning(step: Call | NextBatch) -> bool:
         isinstance(step, Call)
         and step.collection == CHECKPOINTS
         and step.method == "update_many"
-        and tombstones.DOOMED_AT in step.args[1].get("$set", {})
+        and maintenance.DOOMED_AT in step.args[1].get("$set", {})
     )
 
 
@@ -142,11 +142,13 @@ async def test_tombstones_carry_the_servers_time(
 
     async def read_tombstones(step: Call | NextBatch) -> None:
         if deletes_or_marks(step) and not seen:
-            docs = await api.docs(CHECKPOINTS, {tombstones.DOOMED: {"$exists": True}})
-            seen.extend(d[tombstones.DOOMED_AT].replace(tzinfo=timezone.utc) for d in docs)
+            docs = await api.docs(CHECKPOINTS, {maintenance.DOOMED: {"$exists": True}})
+            seen.extend(d[maintenance.DOOMED_AT].replace(tzinfo=timezone.utc) for d in docs)
 
     skew_client_clock(monkeypatch, skew)
-    await drive(api, api.saver.ops.prune(["t"], "keep_latest"), read_tombstones)
+    await drive(
+        api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"), read_tombstones
+    )
     assert seen, "prune tombstoned nothing"
     now = datetime.now(timezone.utc)
     assert all(abs(moment - now) < timedelta(minutes=1) for moment in seen), seen
@@ -188,8 +190,8 @@ async def test_maintenance_slower_than_the_lease_renews_and_reads_again(
     async def put_after_the_lease() -> None:
         await maybe_await(
             api.raw(CHECKPOINTS).update_many(
-                {tombstones.DOOMED: {"$exists": True}},
-                {"$set": {tombstones.DOOMED_AT: datetime.now(timezone.utc) - late}},
+                {maintenance.DOOMED: {"$exists": True}},
+                {"$set": {maintenance.DOOMED_AT: datetime.now(timezone.utc) - late}},
             )
         )
         writer = Stepper(api, fork.put(api))
@@ -205,7 +207,7 @@ async def test_maintenance_slower_than_the_lease_renews_and_reads_again(
             return {**result, "now": result["now"] + late}
         return result
 
-    await drive(api, MAINTENANCE[name](api.saver.ops), hook, later)
+    await drive(api, MAINTENANCE[name](api.saver.memory.forget), hook, later)
     assert hook.done
     fork_config = {
         "configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}
@@ -229,6 +231,6 @@ async def test_no_renewal_within_half_the_lease(api: Api) -> None:
         if isinstance(step, Call) and step.collection == CHECKPOINTS and step.method == "find":
             reads.append(step.method)
 
-    await drive(api, api.saver.ops.prune(["t"], "keep_latest"), count)
+    await drive(api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"), count)
     # The plan's read, the read after the tombstones, the read of what values are needed.
     assert len(reads) == 3

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mongo_ckpt import MongoDBSaver, listdelta
+from mongo_ckpt import MongoDBSaver, memory
 from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import Layout
 from mongo_ckpt.schema import read_version, saver_key
@@ -170,7 +170,7 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
     assert result.output.strip() == f"{db_name}: layout version 3 -> version 4"
     # The running saver reads the version again within a minute, without a restart.
     real = time.monotonic
-    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 61)
+    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
     for number in (len(sides) + 1, len(sides) + 2):
         answer = turn(graph, f"turn {number}")
         print(f"turn {number} (new release, upgraded): read {answer['read']} messages, "

@@ -19,10 +19,9 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo import MongoClient
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver, maintenance
 from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.layout import CHECKPOINTS
-from mongo_ckpt.operations import CheckpointOperations
 from tests.backends import maybe_await, wire_uri
 from tests.saver_support import Api
 from tests.test_maintenance_clock import drive
@@ -101,11 +100,11 @@ async def test_a_put_costs_its_own_round_trips_while_100_threads_expire(api: Api
 async def test_a_failing_sweep_never_fails_the_put(
     api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def failing(self: CheckpointOperations, ttl: float) -> Operation[list[str]]:
+    def failing(forget: maintenance.Forget, ttl: float) -> Operation[list[str]]:
         raise RuntimeError("the sweep broke on another thread")
         yield  # an operation
 
-    monkeypatch.setattr(CheckpointOperations, "sweep_expired", failing)
+    monkeypatch.setattr(maintenance, "sweep_expired", failing)
     expiring = api.reopened(ttl=TTL)
     with caplog.at_level(logging.ERROR, logger="mongo_ckpt"):
         await put_one(expiring, "t")
@@ -155,7 +154,9 @@ async def test_a_sweep_of_several_batches_deletes_every_expired_thread(api: Api)
         if isinstance(step, Call):
             largest.extend(len(found) for found in thread_lists(step.args))
 
-    swept = await drive(api, api.saver.ops.sweep_expired(TTL, batch=3), sizes)
+    swept = await drive(
+        api, maintenance.sweep_expired(api.saver.memory.forget, TTL, batch=3), sizes
+    )
     assert swept == ids
     assert max(largest) == 3  # no call carries more ids than a batch
     assert await api.count(CHECKPOINTS) == 1

@@ -25,26 +25,25 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from mongo_ckpt import StaleParentError
-from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt import StaleParentError, maintenance
+from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.drivers import aexecute, execute
 from tests.backends import TARGETS, Target, target_params
 from tests.saver_support import Api, assert_no_orphans
 
 MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
-    "prune": lambda ops: ops.prune(["t"], "keep_latest"),
-    "delete_for_runs": lambda ops: ops.delete_for_runs(["old"]),
-    "sweep": lambda ops: ops.sweep_expired(1e-6),
+    "prune": lambda forget: maintenance.prune(forget, ["t"], "keep_latest"),
+    "delete_for_runs": lambda forget: maintenance.delete_for_runs(forget, ["old"]),
+    "sweep": lambda forget: maintenance.sweep_expired(forget, 1e-6),
 }
 
 
 class Stepper:
-    """Runs an operation one collection call at a time."""
+    """Runs an operation one collection call at a time (``calls.Relay``: a call's error is
+    thrown back into the operation)."""
 
     def __init__(self, api: Api, operation: Operation[Any]) -> None:
-        self.api, self.operation = api, operation
-        self.result: Any = None
-        self.error: Exception | None = None
+        self.api, self.relay = api, Relay(operation)
         self.done = False
         self.raised: Exception | None = None
         self.calls = 0
@@ -54,26 +53,22 @@ class Stepper:
         if self.done:
             return False
         try:
-            if self.error is not None:
-                step = self.operation.throw(self.error)
-            else:
-                step = self.operation.send(self.result)
-        except StopIteration:
-            self.done = True
-            return False
+            step = self.relay.next_step()
         except Exception as exc:  # the operation's own error: kept for the test
             self.done, self.raised = True, exc
             return False
+        if step is None:
+            self.done = True
+            return False
         assert isinstance(step, (Call, NextBatch))
-        self.result = self.error = None
         collections = self.api.saver.collections
         try:
             if self.api.is_async:
-                self.result = await aexecute(collections, step)
+                self.relay.returned(await aexecute(collections, step))
             else:
-                self.result = execute(collections, step)
+                self.relay.returned(execute(collections, step))
         except Exception as exc:
-            self.error = exc
+            self.relay.failed(exc)
         self.calls += 1
         return True
 
@@ -134,7 +129,7 @@ def _pairs(calls: int, every: bool) -> list[tuple[int, int]]:
 
 async def _maintenance_calls(api: Api, name: str) -> int:
     await Fork.build(api)
-    alone = Stepper(api, MAINTENANCE[name](api.saver.ops))
+    alone = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
     await alone.finish()
     assert alone.raised is None
     await api.delete_thread("t")
@@ -157,16 +152,16 @@ async def test_fork_from_a_checkpoint_being_deleted(
     outcomes = {"stored": 0, "refused": 0}
     for first, second in _pairs(calls, every=target.backend == "mock"):
         fork = await Fork.build(api, shares)
-        maintenance = Stepper(api, MAINTENANCE[name](api.saver.ops))
+        deleting = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
         writer = Stepper(api, fork.put(api))
         for _ in range(first):
-            await maintenance.step()
+            await deleting.step()
         await writer.step()  # its values; the checkpoint and the parent probe follow
         for _ in range(second - first):
-            await maintenance.step()
+            await deleting.step()
         await writer.finish()
-        await maintenance.finish()
-        assert maintenance.raised is None, (first, second, maintenance.raised)
+        await deleting.finish()
+        assert deleting.raised is None, (first, second, deleting.raised)
         where = (name, first, second)
 
         fork_id = fork.checkpoint["id"]

@@ -7,7 +7,7 @@ server's clock, not the client's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,10 +19,10 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, MessagesState, StateGraph
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import ConflictingValueError, StaleParentError, documents, operations
+from mongo_ckpt import ConflictingValueError, StaleParentError, documents, maintenance
 from mongo_ckpt.clock import aware, server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from mongo_ckpt.tombstones import DOOMED, DOOMED_AT
+from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api, assert_no_orphans
@@ -133,7 +133,7 @@ def retrier(api: Api, how: str) -> Api:
     if how == "warm":
         return api
     if how == "evicted":
-        api.saver.list_deltas.forget(["t"])
+        api.saver.memory.forget(["t"])
         return api
     return api.reopened()
 
@@ -343,7 +343,6 @@ def skew(request: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[timedelta]:
         def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr(operations, "_now", lambda: datetime.now(timezone.utc) + offset)
     monkeypatch.setattr(documents, "datetime", Skewed, raising=False)
     yield offset
 
@@ -401,7 +400,7 @@ async def test_put_between_delete_threads_calls_is_refused(api: Api) -> None:
     between finds its parent absent and values no stored checkpoint names, and is refused
     (never stored naming values about to go)."""
     thread = await three(api)
-    deleting = Stepper(api, api.saver.ops.delete_thread("t"))
+    deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))
     await deleting.step()  # the checkpoints are gone, their values not yet
     with pytest.raises(StaleParentError):
         await thread.put(api, [msg(i) for i in range(4)])

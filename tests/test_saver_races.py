@@ -43,7 +43,7 @@ from mongo_ckpt import (
     MissingValueError,
     MongoDBSaver,
     StaleParentError,
-    operations,
+    maintenance,
     payload,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
@@ -221,7 +221,7 @@ async def check_race(saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing is in flight any more, so every document counts as old: a last prune leaves
     # nothing behind (LangGraph may store a task's writes after the next checkpoint, so
     # writes of a checkpoint pruned meanwhile can arrive after it is gone).
-    monkeypatch.setattr(operations, "STRAY_AGE", timedelta(seconds=-5))
+    monkeypatch.setattr(maintenance, "STRAY_AGE", timedelta(seconds=-5))
     await race.prune()
     await assert_no_orphans(race.api)
     print(f"\nrace on {type(saver).__name__}: {dict(figures)}, failures {len(race.failures)}")

@@ -17,7 +17,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import operations, payload
+from mongo_ckpt import maintenance, payload
 from mongo_ckpt.layout import BLOBS, WRITES
 from tests.faults import Fault, Faults
 from tests.saver_support import Api, assert_no_orphans
@@ -76,7 +76,7 @@ async def check_young_strays_stay(target: Any) -> None:
 async def check_old_strays_go(target: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     api = Api(target)
     first, _ = await leave_strays(api)
-    monkeypatch.setattr(operations, "STRAY_AGE", timedelta(seconds=-5))  # all count as old
+    monkeypatch.setattr(maintenance, "STRAY_AGE", timedelta(seconds=-5))  # all count as old
     await api.prune(["t"], strategy="keep_latest")
     await assert_no_orphans(api)
     assert await api.count(BLOBS, {"version": "2"}) == 0

@@ -13,7 +13,7 @@ from mongo_ckpt import (
     MongoDBSaver,
     SchemaTooNewError,
     SchemaUpgradeRequired,
-    listdelta,
+    memory,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import (
@@ -155,12 +155,12 @@ async def check_layout_3_keeps_whole_values_until_the_upgrade_step(
     assert await count(run, BLOBS, deltas) == 0
     # A minute on, it reads the version once and writes deltas from then on.
     real = time.monotonic
-    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 61)
+    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
     await chat(running, "five", "six")
     assert calls[("schema", "find_one")] == 1
     written = await count(run, BLOBS, deltas)
     assert written > 0
-    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 3600)
+    monkeypatch.setattr(memory, "monotonic", lambda: real() + 3600)
     messages = await chat(running, "seven")
     assert calls[("schema", "find_one")] == 1
     assert len(messages) == 14 and contents(messages)[-1] == ("ai", "#13: seven")

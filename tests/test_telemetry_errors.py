@@ -21,10 +21,10 @@ from opentelemetry.trace import StatusCode
 
 from mongo_ckpt import MissingHistoryError, MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.maintenance import DOOMED, DOOMED_AT, StaleParentError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.telemetry import OMITTED, Tracing
-from mongo_ckpt.tombstones import DOOMED, DOOMED_AT, StaleParentError
 from tests.delta_graphs import CHANNEL, Shape, builder
 from tests.graphs import thread
 

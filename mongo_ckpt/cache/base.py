@@ -17,7 +17,7 @@ from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.base import MongoStoreBase
-from mongo_ckpt.telemetry import Tracing, operation_tracer
+from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
 DEFAULT_COLLECTION = "cache"
@@ -100,11 +100,11 @@ class MongoCacheBase(BaseCache[ValueT]):
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
-        def _run(self, operation: Operation[T]) -> T: ...
+        def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-        async def _arun(self, operation: Operation[T]) -> T: ...
+        async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T: ...
 
-    def _prepared(self, operation: Operation[T]) -> Operation[T]:
+    def _prepared(self, operation: Operation[T], span: SpanInfo | None) -> Operation[T]:
         # What the drivers call; each public method has prepared its operation already
         # (``_operation``), naming its span itself.
         return operation
@@ -202,4 +202,3 @@ class MongoCacheBase(BaseCache[ValueT]):
     def collection(self) -> Any:
         """The entries collection."""
         return self.collections[CACHE]
-

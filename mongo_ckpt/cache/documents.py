@@ -30,6 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ASCENDING, IndexModel, ReplaceOne
 
 from mongo_ckpt.base import MAX_TTL_SECONDS
+from mongo_ckpt.errors import MongoCkptError
 
 # Documents over this many bytes are refused by MongoDB (16 MiB); what a value may take,
 # leaving room for the rest of its document.
@@ -37,7 +38,7 @@ MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
 ENTRY_FIELDS = {"encoding": 1, "value": 1}
 
 
-class CacheInputError(ValueError):
+class CacheInputError(MongoCkptError, ValueError):
     """A key, namespace, TTL or value the cache refuses; nothing was read or written."""
 
 

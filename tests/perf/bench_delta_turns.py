@@ -33,7 +33,7 @@ import mongomock  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
 from pymongo import MongoClient  # noqa: E402
 
-from mongo_ckpt.snapshot_distance import SnapshotDistances  # noqa: E402
+from mongo_ckpt.memory import CheckpointMemory  # noqa: E402
 from tests.backends import MONGODB_URI, stop_wire, wire_uri  # noqa: E402
 from tests.perf.conversation import (  # noqa: E402
     DELTA,
@@ -89,7 +89,7 @@ def bench(client: Any, name: str, turns: int) -> tuple[Result, str]:
     client.drop_database(db_name)
     saver = make_saver(OFFICIAL if name == OFFICIAL else MONGO_CKPT, client, db_name)
     if name == UNBOUNDED:
-        saver._snapshot_distances = SnapshotDistances(size=0)  # remembers no counters
+        saver.memory = CheckpointMemory(checkpoints=0)  # remembers no counters (nor chains)
     graph = chat_graph(saver, DELTA)
     for turn in range(WARMUP_TURNS):
         run_turn(graph, "warm-up", turn)

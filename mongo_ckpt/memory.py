@@ -1,0 +1,206 @@
+"""What one saver instance remembers, so that reads and writes after it save round trips.
+
+- Per checkpoint it read or wrote (``CACHED_CHECKPOINTS`` of them): the chains its
+  ``values`` names, which a ``put`` on it keeps for its unchanged list channels, and
+  LangGraph's snapshot counters, which bound the DeltaChannel history walk that follows
+  a read (``snapshot_distance``).
+- Per thread and namespace, the checkpoint it wrote last and the chains it wrote there in
+  a row, with the element digests of their latest values: what the next delta is formed
+  from (``listdelta.plan``). These take at most ``cache_bytes`` (``DIGEST_SIZE`` bytes
+  per element of each channel's latest value, ``LINK_BYTES`` per link, ``THREAD_BYTES``
+  per thread); an evicted thread's next version is written whole.
+- Whether the database's recorded layout allows list deltas, and when to read it again.
+
+One lock guards it all (LangGraph calls a sync saver from several threads, an async one
+from several tasks; nothing yields while holding it), one eviction (least recently used
+first, past a budget) bounds both maps, and one ``forget`` drops a thread from both when
+it is deleted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from time import monotonic
+from typing import Any, Generic, TypeVar
+
+from mongo_ckpt.listdelta import Chain, Plan, chains_of
+from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
+
+# Bytes of element digests (and per-link bookkeeping) one saver instance keeps for the
+# chains it wrote last, least recently used threads evicted first.
+CACHE_BYTES = 32 * 2**20
+# Accounted per remembered thread (its key and containers): Python's own sizes, rounded up.
+THREAD_BYTES = 1024
+# Checkpoints whose ``values`` (with bases) and snapshot counters one instance remembers.
+CACHED_CHECKPOINTS = 4096
+# While the database does not allow deltas, how often a saver reads its layout version
+# again, so an upgrade by another process takes effect without a restart.
+LAYOUT_RECHECK_SECONDS = 60.0
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+CheckpointKey = tuple[str, str, str]
+
+
+class _Lru(Generic[K, V]):
+    """Entries least recently used first, the oldest evicted once their ``cost`` passes
+    ``budget``; an entry costing more than the budget alone is not kept."""
+
+    def __init__(self, budget: int, cost: Callable[[V], int]) -> None:
+        self.budget, self._cost = budget, cost
+        self.spent = 0
+        self._items: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self.drop([key])
+        cost = self._cost(value)
+        if cost > self.budget:
+            return
+        self._items[key] = value
+        self.spent += cost
+        while self.spent > self.budget:
+            _, evicted = self._items.popitem(last=False)
+            self.spent -= self._cost(evicted)
+
+    def drop(self, keys: Iterable[K]) -> None:
+        for key in keys:
+            value = self._items.pop(key, None)
+            if value is not None:
+                self.spent -= self._cost(value)
+
+    def held(self) -> list[K]:
+        return list(self._items)
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The checkpoint an instance wrote last on a thread and namespace, and its chains."""
+
+    checkpoint_id: str
+    links: dict[str, Chain]
+
+    @property
+    def nbytes(self) -> int:
+        return THREAD_BYTES + sum(chain.nbytes for chain in self.links.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A checkpoint read or written: the chains it names, and its snapshot counters."""
+
+    chains: dict[str, list[Any]] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+
+
+class CheckpointMemory:
+    """Per saver instance: the checkpoints it has seen, the chains it wrote last, and
+    whether list deltas are allowed (see the module's docstring)."""
+
+    def __init__(
+        self,
+        list_deltas: bool = True,
+        cache_bytes: int = CACHE_BYTES,
+        checkpoints: int = CACHED_CHECKPOINTS,
+    ) -> None:
+        self.deltas_wanted = list_deltas
+        # Whether the database records that every writer reads deltas; unknown (no) until
+        # setup has read its layout version.
+        self.deltas_allowed = False
+        self._next_check = 0.0
+        self._lock = threading.Lock()
+        self._heads: _Lru[tuple[str, str], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
+        self._seen: _Lru[CheckpointKey, _Seen] = _Lru(checkpoints, lambda _: 1)
+
+    # -- the layout version ---------------------------------------------------------
+
+    @property
+    def deltas_enabled(self) -> bool:
+        """Whether new list values are written as deltas: wanted by the saver and allowed
+        by the database's recorded layout version."""
+        return self.deltas_wanted and self.deltas_allowed
+
+    def note_layout(self, allowed: bool) -> None:
+        """The layout version was read: whether it allows deltas."""
+        self.deltas_allowed = allowed
+        self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
+
+    def recheck_due(self) -> bool:
+        """Whether to read the layout version again: deltas are wanted, not yet allowed,
+        and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        return self.deltas_wanted and not self.deltas_allowed and monotonic() >= self._next_check
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def read(self, doc: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:
+        """A checkpoint document was read, with its ``metadata``: remember the chains it
+        names and its snapshot counters (none when it has no usable counters)."""
+        seen = _Seen(chains_of(doc.get("values", ())), supersteps_since_snapshot(metadata))
+        with self._lock:
+            self._seen.put(_key(doc), seen)
+
+    def remember(self, doc: Mapping[str, Any]) -> None:
+        """The chains a checkpoint document names (read for them alone: its counters, if
+        known, are kept)."""
+        key = _key(doc)
+        chains = chains_of(doc.get("values", ()))
+        with self._lock:
+            known = self._seen.get(key)
+            self._seen.put(key, _Seen(chains, known.steps if known else {}))
+
+    def known_chains(self, key: CheckpointKey) -> dict[str, list[Any]] | None:
+        """The chains the checkpoint ``key`` names, if this instance has seen it."""
+        with self._lock:
+            seen = self._seen.get(key)
+        return None if seen is None else seen.chains
+
+    def walk_depth(self, key: CheckpointKey, channels: Sequence[str]) -> int:
+        """``snapshot_distance.walk_depth`` for the checkpoint ``key`` (``MAX_DEPTH``
+        unless its counters were read)."""
+        with self._lock:
+            seen = self._seen.get(key)
+        return walk_depth(seen.steps if seen else {}, channels)
+
+    # -- the chains written last ----------------------------------------------------
+
+    def usable(self, key: CheckpointKey, parent_id: str | None) -> dict[str, Chain]:
+        """The chains a ``put`` of ``key`` on ``parent_id`` may base deltas on: those this
+        instance wrote in a row on the thread, if the parent is the checkpoint it wrote
+        last there."""
+        with self._lock:
+            head = self._heads.get(key[:2])
+        return head.links if head is not None and head.checkpoint_id == parent_id else {}
+
+    def wrote(self, key: CheckpointKey, plan: Plan) -> None:
+        """A checkpoint was stored as ``plan`` says: the next ``put`` on it may write
+        deltas, and it names ``plan.chains``."""
+        thread_id, checkpoint_ns, checkpoint_id = key
+        with self._lock:
+            self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
+            known = self._seen.get(key)
+            self._seen.put(key, _Seen(plan.chains, known.steps if known else {}))
+
+    @property
+    def cached_bytes(self) -> int:
+        """The accounted bytes of the chains held now (at most ``cache_bytes``)."""
+        with self._lock:
+            return self._heads.spent
+
+    def forget(self, thread_ids: Sequence[str]) -> None:
+        """Drop what this instance remembers of ``thread_ids`` (they are being deleted)."""
+        gone = set(thread_ids)
+        with self._lock:
+            self._heads.drop([k for k in self._heads.held() if k[0] in gone])
+            self._seen.drop([k for k in self._seen.held() if k[0] in gone])
+
+
+def _key(doc: Mapping[str, Any]) -> CheckpointKey:
+    return (doc["thread_id"], doc["checkpoint_ns"], doc["checkpoint_id"])
