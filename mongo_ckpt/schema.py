@@ -19,7 +19,9 @@ Saver versions:
      reader of version 3 would take the tail for the whole list. No data changes.
 
 Store versions:
-  1. The current layout.
+  1. One document per item.
+  2. The namespace registry beside the items (``store/registry.py``); upgrading builds it
+     from the items. A reader of version 1 would write items without their entries.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from mongo_ckpt.layout import Layout
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
 SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
 SAVER_SCHEMA_VERSION = 4
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000

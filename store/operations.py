@@ -50,9 +50,16 @@ from mongo_ckpt.calls import (
     next_batch,
 )
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
-from mongo_ckpt.store import documents, reading
+from mongo_ckpt.store import documents, reading, registry
 from mongo_ckpt.store.filters import matches, value_clauses
-from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query, split
+from mongo_ckpt.store.namespaces import (
+    ItemKey,
+    check_namespace,
+    joined,
+    key_for,
+    prefix_query,
+    split,
+)
 from mongo_ckpt.store.reading import key_of
 from mongo_ckpt.store.vectors import (
     SEARCH_INDEX_NAME,
@@ -122,8 +129,11 @@ class StoreOperations:
         where Atlas has one."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
-        if (yield from schema.read(key, where)) != schema.STORE_SCHEMA_VERSION:
-            yield from create_indexes(STORE, documents.index_models())
+        found = yield from schema.read(key, where)
+        if found != schema.STORE_SCHEMA_VERSION:
+            yield from create_indexes(STORE, [*documents.index_models(), *registry.index_models()])
+            if found is not None:  # items of layout version 1: list their namespaces
+                yield from self.build_registry()
             yield from schema.record(key, {STORE: collection_name})
         if self.index and self.vector_search is None:
             try:
@@ -140,8 +150,25 @@ class StoreOperations:
             yield from create_search_index(STORE, search_index_model(self.index["dims"]))
         return True
 
+    def build_registry(self) -> Operation[None]:
+        """The namespace registry of the items already stored (upgrading layout version 1):
+        one entry per namespace with a live item."""
+        now = documents.utc_now()
+        found = yield from aggregate(STORE, registry.rebuild_pipeline())
+        requests = [
+            request
+            for doc in found
+            if reading.utc(doc["until"]) > now
+            for request in registry.put_requests(doc["namespace"], [reading.utc(doc["until"])])
+        ]
+        if requests:
+            yield from bulk_write(STORE, requests, ordered=False)
+
     def sweep_ttl(self) -> Operation[int]:
-        result = yield from delete_many(STORE, documents.expired(documents.utc_now()))
+        """Delete expired items now, and the registry entries whose items all expired."""
+        now = documents.utc_now()
+        result = yield from delete_many(STORE, documents.expired(now))
+        yield from delete_many(STORE, {registry.UNTIL: {"$lte": now}})
         return result.deleted_count
 
     # -- batch ----------------------------------------------------------------
@@ -182,8 +209,10 @@ class StoreOperations:
                 documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
             _check_value_size(op.namespace, key, op.value)
-        if op.index is not None and op.index is not False and (
-            isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
+        if (
+            op.index is not None
+            and op.index is not False
+            and (isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index))
         ):
             raise TypeError(f"index must be False, None or a list of field paths, got {op.index!r}")
         item = key_for(op.namespace, key)
@@ -217,9 +246,7 @@ class StoreOperations:
             if op.refresh_ttl:
                 read.extend(doc for _, doc in page)
         for i, listing in plan.listings:
-            pipeline = reading.namespaces_pipeline(listing, self._visible(now))
-            listed = (yield from aggregate(STORE, pipeline)) if listing.limit else []
-            results[i] = reading.namespaces(listed)
+            results[i] = (yield from self._namespaces(listing, now)) if listing.limit else []
         writes = self._writes(plan, embedded, read, now)
         if writes:
             yield from bulk_write(STORE, writes, ordered=True)
@@ -260,6 +287,50 @@ class StoreOperations:
         candidates = self._matching(docs, local)
         return ranked(query, candidates)[op.offset : op.offset + op.limit]
 
+    def _namespaces(self, op: ListNamespacesOp, now: datetime) -> Operation[list[tuple[str, ...]]]:
+        """One page of ``list_namespaces`` from the registry: one ``aggregate`` over its
+        entries, plus, for flagged entries the page meets, a probe of their items and the
+        exact entry written back, then the page read again."""
+        if not self.omit_expired:  # the registry does not know expired items still stored
+            listed = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
+            return reading.namespaces(listed)
+        live: dict[str, bool] = {}  # flagged entries probed by this listing: live or not
+        wanted = op.offset + op.limit
+        while True:
+            groups = yield from aggregate(STORE, registry.listing_pipeline(op, now, wanted))
+            unknown = {
+                entry
+                for group in groups
+                if not group["unflagged"]
+                for entry in group["flagged"]
+                if entry is not None and entry not in live
+            }
+            if unknown:
+                for entry in (yield from find(STORE, {"_id": {"$in": sorted(unknown)}})):
+                    live[entry["_id"]] = yield from self._settle(entry, now)
+                live.update((entry, False) for entry in unknown if entry not in live)
+                continue
+            listed = [
+                group["_id"]
+                for group in groups
+                if group["unflagged"] or any(live.get(e, False) for e in group["flagged"])
+            ]
+            if len(groups) < wanted or len(listed) >= wanted:
+                return [split(ns) for ns in listed[op.offset : wanted]]
+            wanted += wanted - len(listed)  # some groups turned out empty: read further
+
+    def _settle(self, entry: Mapping[str, Any], now: datetime) -> Operation[bool]:
+        """Probe the items of a flagged registry entry and write it back exact (or remove
+        it), unless a write touched it meanwhile; whether its namespace has a live item."""
+        found = yield from aggregate(STORE, registry.probe_pipeline(entry[registry.LISTED]))
+        # No group for no items (mongomock returns one whose ``until`` is None).
+        latest = found[0]["until"] if found else None
+        until = None if latest is None else reading.utc(latest)
+        alive = until is not None and until > now
+        settled = registry.settled_request(entry, until if alive else None)
+        yield from bulk_write(STORE, [settled], ordered=True)
+        return alive
+
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
     ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
@@ -289,27 +360,45 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put or delete)."""
-        deletes: list[WriteRequest] = [
-            documents.delete_request(op.namespace, op.key)
-            for op in plan.puts.values()
-            if op.value is None
-        ]
-        updates = [
-            documents.put_request(
-                op.namespace,
-                op.key,
-                op.value,
-                op.ttl,
-                embedded.items.get(key_for(op.namespace, op.key), ()),
-                bool(self.vector_search),
-                self.serde,
-                now,
+        as one command, so this is at most two commands (one for a single put). Each
+        registry entry is written after its items (see ``registry``)."""
+        deleted: dict[str, None] = {}
+        expiries: dict[tuple[str, ...], list[datetime]] = {}
+        deletes: list[WriteRequest] = []
+        updates: list[WriteRequest] = []
+        for op in plan.puts.values():
+            if op.value is None:
+                deletes.append(documents.delete_request(op.namespace, op.key))
+                deleted[joined(op.namespace)] = None
+                continue
+            until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
+            expiries.setdefault(op.namespace, []).append(until)
+            updates.append(
+                documents.put_request(
+                    op.namespace,
+                    op.key,
+                    op.value,
+                    op.ttl,
+                    embedded.items.get(key_for(op.namespace, op.key), ()),
+                    bool(self.vector_search),
+                    self.serde,
+                    now,
+                )
             )
-            for op in plan.puts.values()
-            if op.value is not None
+        refreshed: dict[tuple[str, ...], datetime] = {}
+        for doc in read:
+            if doc.get("ttl_minutes") is not None:
+                namespace = tuple(doc["namespace"])
+                until = documents.expiry(now, doc["ttl_minutes"])
+                refreshed[namespace] = max(until, refreshed.get(namespace, until))
+        return [
+            *deletes,
+            *(registry.delete_request(ns) for ns in deleted),
+            *documents.refresh_requests(read, now),
+            *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
+            *updates,
+            *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]
-        return [*deletes, *documents.refresh_requests(read, now), *updates]
 
 
 def _check_page(limit: Any, offset: Any) -> None:
