@@ -30,7 +30,7 @@ from pymongo import (
 )
 
 from mongo_ckpt.store.namespaces import joined, prefixes
-from mongo_ckpt.store.vectors import mean
+from mongo_ckpt.store.vectors import mean, packed
 
 # Unset when an overwrite does not write them (a store may switch to or from a serde).
 OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
@@ -144,7 +144,7 @@ def put_request(
         fields["expires_at"] = expiry(now, ttl_minutes)
         fields["ttl_minutes"] = ttl_minutes
     if vectors:
-        fields["embeddings"] = [{"path": label, "vector": v} for label, v in vectors]
+        fields["embeddings"] = [{"path": label, "vector": packed(v)} for label, v in vectors]
         if with_mean:
             fields["embedding"] = mean([v for _, v in vectors])
     # One update pipeline, so a put is one command: an expired copy the TTL monitor has

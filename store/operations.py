@@ -66,9 +66,11 @@ from mongo_ckpt.store.vectors import (
     Embedded,
     EmbeddingRequest,
     Path,
+    best,
     field_texts,
     index_paths,
     ranked,
+    score,
     search_index_model,
     vector_search_stage,
 )
@@ -281,11 +283,32 @@ class StoreOperations:
                 {"$project": {"embedding": 0}},
             ]
             docs = yield from aggregate(STORE, pipeline)
-        else:
-            query_doc = reading.search_query(op.namespace_prefix, server, self._visible(now))
-            docs = yield from find(STORE, query_doc, projection={"embedding": 0})
-        candidates = self._matching(docs, local)
-        return ranked(query, candidates)[op.offset : op.offset + op.limit]
+            return ranked(query, self._matching(docs, local))[op.offset : op.offset + op.limit]
+        return (yield from self._exact_search(op, query, server, local, now))
+
+    def _exact_search(
+        self,
+        op: SearchOp,
+        query: list[float],
+        server: list[dict[str, Any]],
+        local: list[dict[str, Any]],
+        now: datetime,
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
+        """Rank every candidate exactly, read from one streamed ``find`` in batches of up to
+        ``MAX_READ_BATCH``: only the best ``offset + limit`` are held between batches, and
+        without their vectors."""
+        wanted = op.offset + op.limit
+        cursor = yield from find_cursor(
+            STORE,
+            reading.search_query(op.namespace_prefix, server, self._visible(now)),
+            projection={"embedding": 0},
+        )
+        kept: list[tuple[float | None, Mapping[str, Any]]] = []
+        while docs := (yield from next_batch(cursor, MAX_READ_BATCH)):
+            scored = ((score(query, doc), doc) for doc in self._matching(docs, local))
+            unvectored = ((s, {k: v for k, v in d.items() if k != "embeddings"}) for s, d in scored)
+            kept = best(kept, unvectored, wanted)
+        return kept[op.offset : wanted]
 
     def _namespaces(self, op: ListNamespacesOp, now: datetime) -> Operation[list[tuple[str, ...]]]:
         """One page of ``list_namespaces`` from the registry: one ``aggregate`` over its
