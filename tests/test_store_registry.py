@@ -164,8 +164,6 @@ SCENARIOS = {
     "delete k, put j with a ttl": ([PutOp(NS, "k", None)], [PutOp(NS, "j", {"v": 2}, ttl=5)]),
     "put k with a ttl, delete k": ([PutOp(NS, "k", {"v": 2}, ttl=5)], [PutOp(NS, "k", None)]),
 }
-# A put with a TTL also flags the entry: one more step, 2,520 interleavings instead of 756.
-LONG = {"delete k, put j with a ttl", "put k with a ttl, delete k"}
 
 
 def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
@@ -245,10 +243,7 @@ class Race:
         assert _listed(self.store) == _truth(self.store)
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [pytest.param(s, marks=[pytest.mark.exhaustive] if s in LONG else []) for s in SCENARIOS],
-)
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_interleaving_of_the_last_items_writes_and_a_listing(
     scenario: str, db_name: str
 ) -> None:
