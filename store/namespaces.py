@@ -117,7 +117,7 @@ def _prefix_clauses(path: tuple[str, ...], levels: str, labels: str) -> list[dic
     fixed = 0
     while fixed < len(path) and path[fixed] != WILDCARD:
         fixed += 1
-    clauses = [{levels: joined(path[:fixed])}] if fixed else []
+    clauses: list[dict[str, Any]] = [{levels: joined(path[:fixed])}] if fixed else []
     clauses.extend(
         {f"{labels}.{i}": label} for i, label in enumerate(path) if i >= fixed and label != WILDCARD
     )

@@ -315,8 +315,8 @@ class StoreOperations:
         entries, plus, for flagged entries the page meets, a probe of their items and the
         exact entry written back, then the page read again."""
         if not self.omit_expired:  # the registry does not know expired items still stored
-            listed = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
-            return reading.namespaces(listed)
+            grouped = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
+            return reading.namespaces(grouped)
         live: dict[str, bool] = {}  # flagged entries probed by this listing: live or not
         wanted = op.offset + op.limit
         while True:
@@ -329,11 +329,11 @@ class StoreOperations:
                 if entry is not None and entry not in live
             }
             if unknown:
-                for entry in (yield from find(STORE, {"_id": {"$in": sorted(unknown)}})):
-                    live[entry["_id"]] = yield from self._settle(entry, now)
+                for doc in (yield from find(STORE, {"_id": {"$in": sorted(unknown)}})):
+                    live[doc["_id"]] = yield from self._settle(doc, now)
                 live.update((entry, False) for entry in unknown if entry not in live)
                 continue
-            listed = [
+            listed: list[str] = [
                 group["_id"]
                 for group in groups
                 if group["unflagged"] or any(live.get(e, False) for e in group["flagged"])

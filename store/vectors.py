@@ -139,7 +139,8 @@ def mean(vectors: Sequence[Sequence[float]]) -> list[float]:
 
 def packed(vector: Sequence[float]) -> Binary:
     """A vector as stored in ``embeddings``: its float64 values, little-endian."""
-    return Binary(struct.pack(f"<{len(vector)}d", *vector))
+    stored: Binary = Binary(struct.pack(f"<{len(vector)}d", *vector))
+    return stored
 
 
 def unpacked(stored: Any) -> Sequence[float]:

@@ -9,8 +9,11 @@ wall time for two batches, on each backend, for both stores in the same run:
 With ``--scale 1000,10000,50000`` it instead fills each store with that many items
 (``users`` × 100 ``memories`` namespaces, in batches of 1,000 puts) and measures single
 operations at that size: put (overwrite), get, search with a filter in one user's
-namespace, vector search in one user's namespace (mongo-ckpt only: the official store
-needs Atlas ``$vectorSearch``), list_namespaces, and the 1,000-put ingestion batches.
+namespace, vector search in one user's namespace and over every item (one namespace
+prefix holding all of them; mongo-ckpt only: the official store needs Atlas
+``$vectorSearch``; with the peak memory Python allocated during one such search),
+list_namespaces (the first call after ingestion, which settles the new namespaces'
+registry entries, and then the steady state), and the 1,000-put ingestion batches.
 
 Run from the repository root (not collected by pytest)::
 
@@ -26,6 +29,7 @@ import argparse
 import statistics
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -241,6 +245,17 @@ class ScaleRow:
     calls: float
     commands: float | None
     ms: float
+    peak_kib: float | None = None
+
+
+def peak_kib(action: Callable[[], Any]) -> float:
+    """The peak of Python's allocations while ``action`` runs, in KiB."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1] / 1024
+    finally:
+        tracemalloc.stop()
 
 
 def measure(
@@ -305,29 +320,36 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
                 repeat,
             ),
         )
-    row(
-        "list_namespaces (depth 2, 100)",
-        measure(
-            backend,
-            calls,
-            lambda i: store.list_namespaces(prefix=("users",), max_depth=2, limit=100),
-            repeat,
-        ),
-    )
+    if store_name != OFFICIAL:
+
+        def search_all(i: int) -> Any:
+            return store.search(("users",), query=f"memory number {i}", limit=10)
+
+        row(f"vector search, all {items:,} items", measure(backend, calls, search_all, 2))
+        rows[-1].peak_kib = peak_kib(lambda: search_all(0))
+
+    def listing(i: int) -> Any:
+        return store.list_namespaces(prefix=("users",), max_depth=2, limit=100)
+
+    if store_name != OFFICIAL:
+        row("list_namespaces, first after ingestion", measure(backend, calls, listing, 1))
+    row("list_namespaces (depth 2, 100)", measure(backend, calls, listing, repeat))
     backend.client.drop_database(db)
     return rows
 
 
 def scale_table(rows: list[ScaleRow]) -> str:
     lines = [
-        "| backend | items | operation | store | calls/op | wire commands/op | median ms |",
-        "|---|---:|---|---|---:|---:|---:|",
+        "| backend | items | operation | store | calls/op | wire commands/op | median ms "
+        "| peak KiB |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         commands = "—" if r.commands is None else f"{r.commands:g}"
+        peak = "" if r.peak_kib is None else f"{r.peak_kib:,.0f}"
         lines.append(
             f"| {r.backend} | {r.items:,} | {r.operation} | {r.store} | {r.calls:g} "
-            f"| {commands} | {r.ms:.2f} |"
+            f"| {commands} | {r.ms:.2f} | {peak} |"
         )
     return "\n".join(lines)
 
@@ -348,7 +370,7 @@ def main() -> None:
                     for items in (int(n) for n in args.scale.split(",")):
                         for store_name in ("mongo-ckpt", OFFICIAL):
                             scaled += bench_scaled(backend, store_name, items, args.repeat)
-                            print(scale_table(scaled[-6:]), flush=True)
+                            print(scale_table(scaled[-8:]), flush=True)
         finally:
             stop_wire()
         text = scale_table(scaled)
