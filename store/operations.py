@@ -294,14 +294,15 @@ class StoreOperations:
         local: list[dict[str, Any]],
         now: datetime,
     ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
-        """Rank every candidate exactly, read from one streamed ``find`` in batches of up to
-        ``MAX_READ_BATCH``: only the best ``offset + limit`` are held between batches, and
-        without their vectors."""
+        """Rank every candidate exactly, read from one streamed ``find`` in replies of
+        ``MAX_READ_BATCH`` documents (one ``getMore`` each after the first): only the best
+        ``offset + limit`` are held between batches, and without their vectors."""
         wanted = op.offset + op.limit
         cursor = yield from find_cursor(
             STORE,
             reading.search_query(op.namespace_prefix, server, self._visible(now)),
             projection={"embedding": 0},
+            batch_size=MAX_READ_BATCH,
         )
         kept: list[tuple[float | None, Mapping[str, Any]]] = []
         while docs := (yield from next_batch(cursor, MAX_READ_BATCH)):

@@ -13,7 +13,8 @@ namespace, vector search in one user's namespace and over every item (one namesp
 prefix holding all of them; mongo-ckpt only: the official store needs Atlas
 ``$vectorSearch``; with the peak memory Python allocated during one such search),
 list_namespaces (the first call after ingestion, which settles the new namespaces'
-registry entries, and then the steady state), and the 1,000-put ingestion batches.
+registry entries, and then the steady state; and of ``TEAMS`` namespaces that exist at
+every scale, one item each), and the 1,000-put ingestion batches.
 
 Run from the repository root (not collected by pytest)::
 
@@ -57,6 +58,7 @@ PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
 USERS = 4
+TEAMS = 10  # namespaces under ("teams",) at every scale: a listing of a fixed number of them
 ITEMS = 16
 
 
@@ -331,9 +333,16 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
     def listing(i: int) -> Any:
         return store.list_namespaces(prefix=("users",), max_depth=2, limit=100)
 
+    store.batch([PutOp(("teams", f"t{t}"), "k", value(t)) for t in range(TEAMS)])
+    store.list_namespaces(prefix=("teams",))  # settles the new entries (not timed)
+
+    def teams(i: int) -> Any:
+        return store.list_namespaces(prefix=("teams",), max_depth=2, limit=100)
+
     if store_name != OFFICIAL:
         row("list_namespaces, first after ingestion", measure(backend, calls, listing, 1))
     row("list_namespaces (depth 2, 100)", measure(backend, calls, listing, repeat))
+    row(f"list_namespaces, {TEAMS} fixed namespaces", measure(backend, calls, teams, repeat))
     backend.client.drop_database(db)
     return rows
 
@@ -370,7 +379,7 @@ def main() -> None:
                     for items in (int(n) for n in args.scale.split(",")):
                         for store_name in ("mongo-ckpt", OFFICIAL):
                             scaled += bench_scaled(backend, store_name, items, args.repeat)
-                            print(scale_table(scaled[-8:]), flush=True)
+                            print(scale_table(scaled[-9:]), flush=True)
         finally:
             stop_wire()
         text = scale_table(scaled)
