@@ -11,10 +11,14 @@ With ``--scale 1000,10000,50000`` it instead fills each store with that many ite
 operations at that size: put (overwrite), get, search with a filter in one user's
 namespace, vector search in one user's namespace and over every item (one namespace
 prefix holding all of them; mongo-ckpt only: the official store needs Atlas
-``$vectorSearch``; with the peak memory Python allocated during one such search),
+``$vectorSearch``),
 list_namespaces (the first call after ingestion, which settles the new namespaces'
 registry entries, and then the steady state; and of ``TEAMS`` namespaces that exist at
 every scale, one item each), and the 1,000-put ingestion batches.
+
+With ``--vector-memory 1000,10000,50000`` it times one exact vector search over one
+namespace of each size and measures the client's peak memory (``tracemalloc``) against a
+SecantusDB server in its own process.
 
 Run from the repository root (not collected by pytest)::
 
@@ -54,6 +58,7 @@ from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 DOC = REPO / "docs" / "store.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
+VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
 PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
@@ -247,7 +252,6 @@ class ScaleRow:
     calls: float
     commands: float | None
     ms: float
-    peak_kib: float | None = None
 
 
 def peak_kib(action: Callable[[], Any]) -> float:
@@ -258,6 +262,65 @@ def peak_kib(action: Callable[[], Any]) -> float:
         return tracemalloc.get_traced_memory()[1] / 1024
     finally:
         tracemalloc.stop()
+
+
+@contextmanager
+def server_process() -> Iterator[str]:
+    """A SecantusDB server in its own process, so that ``tracemalloc`` here sees only the
+    client (the wire backend of the tests runs in this process)."""
+    import socket
+    import subprocess
+    import tempfile
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as storage:
+        args = [sys.executable, "-m", "secantus", "--port", str(port), "--storage-path", storage]
+        server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+            MongoClient(uri, serverSelectionTimeoutMS=30_000).admin.command("ping")
+            yield uri
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def vector_memory(sizes: list[int], limits: list[int]) -> str:
+    """Time and client-side peak memory of one exact vector search over one namespace of
+    each size, for each ``limit``: the table of ``--vector-memory``."""
+    lines = [
+        "| items in the namespace | limit | median ms (3 runs) | peak KiB (client) |",
+        "|---:|---:|---:|---:|",
+    ]
+    with server_process() as uri:
+        client: MongoClient = MongoClient(uri)
+        for items in sizes:
+            client.drop_database("bench_vectors")
+            index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
+            store = MongoDBStore(client, "bench_vectors", index=index, exact_search=True)  # type: ignore[arg-type]
+            for start in range(0, items, INGEST_BATCH):
+                stop = min(start + INGEST_BATCH, items)
+                store.batch([PutOp(("docs",), f"d{i}", value(i)) for i in range(start, stop)])
+            for limit in limits:
+
+                def search(store: Any = store, limit: int = limit) -> Any:
+                    return store.search(("docs",), query="memory number 7", limit=limit)
+
+                times = []
+                for _ in range(3):
+                    started = time.perf_counter()
+                    search()
+                    times.append((time.perf_counter() - started) * 1000)
+                peak = peak_kib(search)
+                lines.append(
+                    f"| {items:,} | {limit} | {statistics.median(times):.0f} | {peak:,.0f} |"
+                )
+                print(lines[-1], flush=True)
+        client.drop_database("bench_vectors")
+        client.close()
+    return "\n".join(lines)
 
 
 def measure(
@@ -328,7 +391,6 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
             return store.search(("users",), query=f"memory number {i}", limit=10)
 
         row(f"vector search, all {items:,} items", measure(backend, calls, search_all, 2))
-        rows[-1].peak_kib = peak_kib(lambda: search_all(0))
 
     def listing(i: int) -> Any:
         return store.list_namespaces(prefix=("users",), max_depth=2, limit=100)
@@ -349,16 +411,14 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
 
 def scale_table(rows: list[ScaleRow]) -> str:
     lines = [
-        "| backend | items | operation | store | calls/op | wire commands/op | median ms "
-        "| peak KiB |",
-        "|---|---:|---|---|---:|---:|---:|---:|",
+        "| backend | items | operation | store | calls/op | wire commands/op | median ms |",
+        "|---|---:|---|---|---:|---:|---:|",
     ]
     for r in rows:
         commands = "—" if r.commands is None else f"{r.commands:g}"
-        peak = "" if r.peak_kib is None else f"{r.peak_kib:,.0f}"
         lines.append(
             f"| {r.backend} | {r.items:,} | {r.operation} | {r.store} | {r.calls:g} "
-            f"| {commands} | {r.ms:.2f} | {peak} |"
+            f"| {commands} | {r.ms:.2f} |"
         )
     return "\n".join(lines)
 
@@ -369,7 +429,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", action="store_true", help="update docs/store.md")
     parser.add_argument("--scale", help="comma-separated item counts, e.g. 1000,10000,50000")
+    parser.add_argument(
+        "--vector-memory",
+        help="comma-separated namespace sizes: exact vector search time and client memory",
+    )
     args = parser.parse_args()
+    if args.vector_memory:
+        text = vector_memory([int(n) for n in args.vector_memory.split(",")], [10, 100])
+        print(text)
+        if args.write:
+            write(text, VECTOR_BEGIN, VECTOR_END)
+        return
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
     if args.scale:
         scaled: list[ScaleRow] = []
