@@ -26,6 +26,7 @@ from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from mongo_ckpt.store.vectors import Embedded
 from tests.backends import maybe_await, sync_client, uri_for
+from tests.store_support import StoreApi
 
 NS = ("users", "u1", "memories")
 
@@ -107,11 +108,9 @@ async def test_upgrade_from_layout_1_builds_the_registry(store_api: Any) -> None
             {"_id": key}, {"$set": {"version": 1}}
         )
     )
-    again = type(store_api.store)(store_api.store.client, store_api.store.db.name)
-    await (again.asetup() if hasattr(again, "_bind_running_loop") else maybe_await(None))
-    if not hasattr(again, "_bind_running_loop"):
-        again.setup()
-    assert await type(store_api)(again).list_namespaces() == [("t",), NS]
+    again = StoreApi(type(store_api.store)(store_api.store.client, store_api.store.db.name))
+    await again.setup()
+    assert await again.list_namespaces() == [("t",), NS]
     doc = await maybe_await(store_api.store.collections[schema.SCHEMA].find_one({"_id": key}))
     assert doc["version"] == schema.STORE_SCHEMA_VERSION
 
