@@ -167,7 +167,8 @@ class MongoStoreBase(BaseStore):
 
     def setup(self) -> None:
         """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
-        on new collections create the indexes and record the version; where Atlas Vector
+        on new collections create the indexes and record the version (on a collection of
+        layout version 1 also build the namespace registry); where Atlas Vector
         Search exists, create the vector index (idempotent; also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
