@@ -2,7 +2,9 @@
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.delta import MissingHistoryError
+from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
+from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
@@ -11,10 +13,12 @@ from mongo_ckpt.tombstones import StaleParentError
 __all__ = [
     "AsyncMongoDBSaver",
     "ClientClosedError",
+    "ConflictingValueError",
     "MissingHistoryError",
     "MissingValueError",
     "MongoDBSaver",
     "SchemaTooNewError",
     "SchemaUpgradeRequired",
     "StaleParentError",
+    "ThreadExistsError",
 ]

@@ -26,3 +26,8 @@ class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase):
         """``MongoDBSaver.setup`` as a coroutine: ``await saver.setup()``, as on
         ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
         await self.asetup(upgrade_limit=upgrade_limit)
+
+    async def upgrade(self) -> None:  # type: ignore[override]
+        """``MongoDBSaver.upgrade`` as a coroutine, like ``setup``; ``aupgrade`` is the
+        same coroutine."""
+        await self.aupgrade()

@@ -78,14 +78,16 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
             besides LangGraph's own (source, step, run_id, parents); all keys by default,
             only LangGraph's own when ``serde`` encrypts.
-        sweep_interval: with a ``ttl``, a ``put`` first sweeps expired threads when this
-            many seconds have passed since the last automatic sweep (default:
-            ``min(ttl, 3600)``); reads never sweep.
+        sweep_interval: with a ``ttl``, a ``put`` starts a sweep of expired threads in the
+            background (a daemon thread, or a task on the running loop; one at a time, its
+            errors logged on the ``mongo_ckpt`` logger) when this many seconds have passed
+            since the last automatic sweep (default: ``min(ttl, 3600)``); reads never sweep.
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
-        list_deltas: store a new version of a list (or tuple) channel value as its
-            difference from an earlier version this saver wrote on the thread
-            (docs/architecture.md, "List deltas"); ``False`` stores every version whole.
+        list_deltas: store a new version of a list channel value as its difference
+            from an earlier version this saver wrote on the thread (docs/architecture.md,
+            "List deltas"), once the database records that every writer reads them (a new
+            database, or after ``upgrade()``); ``False`` stores every version whole.
         tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
             traced when a global tracer provider is set (see docs/observability.md).
         """
@@ -162,10 +164,8 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return f"{number + 1:012}.{random.getrandbits(40):010x}"
 
     def _prepared(self, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use and, for a ``put`` with a ``ttl``,
-        by a sweep of expired threads at most once per ``sweep_interval`` (reads never
-        sweep); in a span when traced."""
-        prepared = self._with_upkeep(operation)
+        """``operation``, preceded by setup on first use; in a span when traced."""
+        prepared = self._after_setup(operation)
         if self._tracer is None:
             return prepared
         name = operation_name(operation)
@@ -173,19 +173,27 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
             f"mongo_ckpt.{_SPAN_NAMES.get(name, name)}", prepared, **_thread_of(operation)
         )
 
-    def _with_upkeep(self, operation: Operation[T]) -> Operation[T]:
+    def _after_setup(self, operation: Operation[T]) -> Operation[T]:
         yield from self._setup_once()
-        due = time.monotonic() >= self._next_sweep and operation_name(operation) == "put"
-        if self.ttl is not None and due:
-            self._next_sweep = time.monotonic() + self.sweep_interval
-            yield from self.ops.sweep_expired(self.ttl)
         return (yield from operation)
 
+    def _sweep_if_due(self) -> None:
+        """After a ``put`` with a ``ttl``: start a sweep of expired threads in the
+        background, at most once per ``sweep_interval`` and one at a time (its latency and
+        errors never reach a user's call)."""
+        if self.ttl is not None and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self.sweep_interval
+            self._start_background(self.ops.sweep_expired(self.ttl), "sweep of expired threads")
+
     def _setup_once(self) -> Operation[None]:
-        """The layout version check (with indexes and upgrades), unless done already."""
+        """The layout version check (with indexes and upgrades), unless done already; while
+        the database does not allow list deltas yet, the version is read again at most once
+        a minute, so an upgrade run elsewhere takes effect without a restart."""
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
+        elif self.list_deltas.recheck_due():
+            yield from self.ops.recheck_layout(self.db.name)
 
     def _require_ttl(self) -> float:
         if self.ttl is None:
@@ -205,12 +213,22 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
         def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]: ...
 
+        def _start_background(self, operation: Operation[Any], what: str) -> None: ...
+
+        def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
+
+        async def _ajoin_background(
+            self, timeout: float | None, *, stop: bool = False
+        ) -> bool: ...
+
     # -- sync API -------------------------------------------------------------
 
     def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
         """Check the layout version and, for new or older collections, create the indexes,
         upgrade the documents in place and record the version (idempotent; also done on
-        first use). One round trip when the version is current.
+        first use). One round trip when nothing is to upgrade. A new, empty database gets
+        the current version; existing data at most version 3, which releases before list
+        deltas read too: list deltas wait for ``upgrade()``.
 
         Raises ``SchemaTooNewError`` for data of a newer mongo-ckpt, and
         ``SchemaUpgradeRequired`` when an upgrade would rewrite more than ``upgrade_limit``
@@ -221,6 +239,19 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._upgrade_limit = upgrade_limit
         try:
             self._run(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
+
+    def upgrade(self) -> None:
+        """Upgrade the layout to this release's version, however many documents that
+        rewrites, and record that every writer reads list deltas: this saver writes them
+        at once, other savers of this release within a minute, and releases that do not
+        read them refuse the database at setup. Run it (or ``mongo-ckpt upgrade``) once no
+        process of such a release is left (docs/operations.md). Idempotent."""
+        self._is_setup = False
+        self._upgrade_limit = None
+        try:
+            self._run(self.ops.upgrade())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -246,8 +277,13 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint; only the channels in ``new_versions`` get new value documents."""
-        return self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        """Store a checkpoint; only the channels in ``new_versions`` get new value documents.
+
+        With a ``ttl``, it then starts the automatic sweep when one is due (``sweep_interval``),
+        in the background: ``join_sweep`` waits for it."""
+        stored = self._run(self.ops.put(config, checkpoint, metadata, new_versions))
+        self._sweep_if_due()
+        return stored
 
     def put_writes(
         self,
@@ -278,8 +314,14 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         return self._run(self.ops.delta_channel_history(config, channels))
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
-        """Delete every thread idle for longer than ``ttl`` seconds; return their ids."""
+        """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
+        in batches; return their ids."""
         return self._run(self.ops.sweep_expired(self._require_ttl()))
+
+    def join_sweep(self, timeout: float | None = None) -> bool:
+        """Wait for the automatic sweep a ``put`` started in the background, if one is
+        running; ``True`` once none is (``False``: ``timeout`` seconds passed first)."""
+        return self._join_background(timeout)
 
     def backfill_join_keys(self) -> int:
         """Add the thread-scoped ``join`` key to value and write documents written by an
@@ -301,6 +343,15 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._upgrade_limit = upgrade_limit
         try:
             await self._arun(self._setup_once())
+        finally:
+            self._upgrade_limit = UPGRADE_LIMIT
+
+    async def aupgrade(self) -> None:
+        """Async ``upgrade``."""
+        self._is_setup = False
+        self._upgrade_limit = None
+        try:
+            await self._arun(self.ops.upgrade())
         finally:
             self._upgrade_limit = UPGRADE_LIMIT
 
@@ -328,7 +379,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Async ``put``."""
-        return await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        stored = await self._arun(self.ops.put(config, checkpoint, metadata, new_versions))
+        self._sweep_if_due()
+        return stored
 
     async def aput_writes(
         self,
@@ -366,6 +419,10 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """Async ``sweep_expired``."""
         return await self._arun(self.ops.sweep_expired(self._require_ttl()))
 
+    async def ajoin_sweep(self, timeout: float | None = None) -> bool:
+        """Async ``join_sweep``."""
+        return await self._ajoin_background(timeout)
+
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async ``prune``."""
         await self._arun(self.ops.prune(thread_ids, strategy))
@@ -373,15 +430,21 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
 
 def _thread_of(operation: Operation[Any]) -> dict[str, Any]:
     """The thread id and checkpoint namespace ``operation`` was called with, if any
-    (invalid ones too: the operation itself refuses them)."""
+    (invalid ones too: the operation itself refuses them), and the other threads it names
+    (a copy's target, a prune's threads)."""
     args = arguments(operation)
     config = args.get("config")
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping):
         configurable = {}
+    listed = args.get("thread_ids")
     return {
         "thread_id": configurable.get(
             "thread_id", args.get("thread_id", args.get("source_thread_id"))
         ),
         "checkpoint_ns": configurable.get("checkpoint_ns", "") if configurable else None,
+        "thread_ids": [
+            *([args["target_thread_id"]] if "target_thread_id" in args else []),
+            *(listed if isinstance(listed, (list, tuple, set)) else []),
+        ],
     }

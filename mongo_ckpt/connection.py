@@ -13,7 +13,8 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt.drivers import run_on_loop
+from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop
+from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 T = TypeVar("T")
 
@@ -42,6 +43,8 @@ _PARTNERS = {
     "AsyncMongoDBSaver": "MongoDBSaver",
     "MongoDBStore": "AsyncMongoDBStore",
     "AsyncMongoDBStore": "MongoDBStore",
+    "MongoDBCache": "AsyncMongoDBCache",
+    "AsyncMongoDBCache": "MongoDBCache",
 }
 _WANTED = {
     "sync": "a synchronous MongoClient (pymongo.MongoClient or mongomock.MongoClient)",
@@ -113,10 +116,20 @@ def _client_kwargs(
 
 def adopt_client(owner: Any, client: Any) -> None:
     """Called first by the saver and store constructors: check ``client`` against the
-    owner's ``client_mode`` and let an async owner note the running loop."""
+    owner's ``client_mode``, let an async owner note the running loop, and make a
+    mongomock client (or mongomock-motor's) accept what PyMongo sends it."""
     adopt = getattr(owner, "_adopt_client", None)
     if adopt is not None:
         adopt(client)
+    if _is_mongomock(client):
+        patch_mongomock_bulk()
+
+
+def _is_mongomock(client: Any) -> bool:
+    return any(
+        klass.__module__.split(".")[0] in ("mongomock", "mongomock_motor")
+        for klass in type(client).__mro__
+    )
 
 
 class ClientOwner:
@@ -152,7 +165,12 @@ class SyncClientOwner(ClientOwner):
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
         try:
-            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            try:
+                yield owner
+            finally:
+                if isinstance(owner, SyncDriver):  # its background upkeep stops first
+                    owner._join_background(None, stop=True)
         finally:
             client.close()
 
@@ -189,7 +207,12 @@ class AsyncClientOwner(ClientOwner):
         options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
         try:
-            yield cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            try:
+                yield owner
+            finally:
+                if isinstance(owner, AsyncDriver):  # its background upkeep stops first
+                    await owner._ajoin_background(None, stop=True)
         finally:
             await client.close()
 

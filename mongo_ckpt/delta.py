@@ -47,8 +47,9 @@ def history_pipeline(
     ``target`` is the ``$match`` for the target checkpoint (the latest one if it
     names no id); the walk goes at most ``max_depth`` steps above its parent
     (``snapshot_distance.walk_depth``). Output: ``{"chain": [ancestor ids, nearest
-    first], "cut": bool}`` once, then ``{"w": write part}`` and ``{"b": seed value
-    part}`` documents. Nothing when the target has no ancestor (mongomock: an empty chain).
+    first], "cut": bool, "unseeded": bool, ...}`` once, then ``{"w": write part}`` and
+    ``{"b": seed value part}`` documents. Nothing when the target has no ancestor
+    (mongomock: an empty chain).
     """
     return [
         *target_stages(target),
@@ -131,9 +132,10 @@ def work_item_stages(
     thread_id: str, checkpoint_ns: str, channels: Sequence[str], max_depth: int
 ) -> list[Stage]:
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
-    "cut": bool}``, then per channel ``{"channel", "ids": [write join keys up to its
-    seed]}`` and, for a seeded channel, ``{"channel", "bj": [join keys of its seed value
-    and of the list-delta bases it is rebuilt from]}``.
+    "cut": bool, "unseeded": bool, ...}``, then per channel ``{"channel", "ids": [write
+    join keys up to its seed]}`` and, for a seeded channel, ``{"channel", "bj": [join
+    keys of its seed value and of the list-delta bases it is rebuilt from], "vs": [their
+    versions]}``.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
@@ -147,9 +149,13 @@ def work_item_stages(
         {
             "chain": _ids_within(deepest),
             "cut": _cut(len(names), max_depth),
+            "unseeded": _unseeded(len(names)),
             "start": "$start",
             "parents": _ids_within(deepest, field="parent"),
             "end": {"$arrayElemAt": ["$chain", -1]},
+            # The version each seeded channel's value is stored with: ``assemble`` checks
+            # that it arrived, so a value missing is an error, not a shorter history.
+            "seeds": {"$concatArrays": [_seed_version(i, ch) for i, ch in enumerate(channels)]},
         }
     )
     write_items = [
@@ -165,10 +171,14 @@ def work_item_stages(
     ]
 
 
+def _unseeded(count: int) -> dict[str, Any]:
+    """Whether one of ``count`` channels has no seed in the chain."""
+    return {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
+
+
 def _cut(count: int, max_depth: int) -> dict[str, Any]:
     """Whether one of ``count`` channels has no seed and the walk stopped at ``max_depth``
     although the entry there has a parent, so a longer walk might find more."""
-    unseeded = {"$or": [{"$eq": [f"$l{i}", NO_SEED]} for i in range(count)]}
     beyond = {
         "$filter": {
             "input": "$chain",
@@ -176,22 +186,59 @@ def _cut(count: int, max_depth: int) -> dict[str, Any]:
             "cond": {"$and": [{"$eq": ["$$a.depth", max_depth]}, {"$ne": ["$$a.parent", None]}]},
         }
     }
-    return {"$and": [unseeded, {"$gt": [{"$size": beyond}, 0]}]}
+    return {"$and": [_unseeded(count), {"$gt": [{"$size": beyond}, 0]}]}
+
+
+def _at_seed(i: int) -> dict[str, Any]:
+    """Channel ``i``'s seed entry of the chain, as a list: empty when it has none."""
+    return {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
+
+
+def _seed_version(i: int, channel: str) -> dict[str, Any]:
+    """``[{"channel", "version"}]``: the version of channel ``i``'s seed value (the last
+    of its ``values`` entries, after the list-delta bases); empty when it has no seed."""
+    name = {"$literal": channel}
+    versions = {"$map": {"input": _stored_entries(name), "as": "v", "in": "$$v.version"}}
+    item = {"channel": name, "version": {"$arrayElemAt": [versions, -1]}}
+    return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
 
 
 def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
-    """``[{"channel", "bj"}]`` for channel ``i``'s seed; empty when it has none."""
+    """``[{"channel", "bj", "vs"}]`` for channel ``i``'s seed; empty when it has none."""
     name = {"$literal": channel}
-    at_seed = {"$filter": {"input": "$chain", "as": "a", "cond": {"$eq": ["$$a.depth", f"$l{i}"]}}}
-    # Join keys of the seed value and of the list-delta bases it is rebuilt from.
-    join_keys = {
-        "$map": {
-            "input": _stored_entries(name),
-            "as": "v",
-            "in": {"$concat": [prefix, {"$literal": channel + JOIN_SEP}, "$$v.version"]},
-        }
+    # The seed value and the list-delta bases it is rebuilt from: their join keys, and
+    # their versions, which the parts found must have (``own_part_stages``).
+    entries = _stored_entries(name)
+    item = {
+        "channel": name,
+        "bj": _blob_joins([prefix, {"$literal": channel + JOIN_SEP}], entries),
+        "vs": {"$map": {"input": entries, "as": "v", "in": "$$v.version"}},
     }
-    return {"$map": {"input": at_seed, "as": "a", "in": {"channel": name, "bj": join_keys}}}
+    return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
+
+
+def _blob_joins(prefix: list[Any], entries: dict[str, Any]) -> dict[str, Any]:
+    """The ``layout.blob_join`` keys of the value ``entries`` (``{"channel", "version"}``).
+
+    A version is a string, an int or a float; the key spells it as Python's ``str``.
+    ``$toString`` returns a string as it is and spells ints the same, but a whole double
+    without its ``.0`` on MongoDB (``1.0`` -> ``"1"``, where mongomock says ``"1.0"``), so
+    a number also gets the key with ``.0`` appended: whichever is stored is found.
+    """
+    spelled = {"$toString": "$$v.version"}
+    numbers = {"$filter": {"input": entries, "as": "v", "cond": {"$isNumber": "$$v.version"}}}
+    return {
+        "$concatArrays": [
+            {"$map": {"input": entries, "as": "v", "in": {"$concat": [*prefix, spelled]}}},
+            {
+                "$map": {
+                    "input": numbers,
+                    "as": "v",
+                    "in": {"$concat": [*prefix, spelled, {"$literal": ".0"}]},
+                }
+            },
+        ]
+    }
 
 
 def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
@@ -220,18 +267,22 @@ def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
 
 
 def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
-    """Emits ``{"chain", "cut"}``, ``{"w": write part}`` or ``{"b": seed value part}`` (the
-    other fields null): parts of another thread, namespace or channel are dropped, and
-    so are items whose lookups found nothing."""
+    """Emits ``{"chain", "cut", "unseeded", ...}``, ``{"w": write part}`` or ``{"b": seed
+    value part}`` (the other fields null): parts of another thread, namespace or channel
+    are dropped, and so are items whose lookups found nothing."""
 
-    def own(part: str) -> dict[str, Any]:
+    def own(part: str, *more: dict[str, Any]) -> dict[str, Any]:
         return {
             "$and": [
                 {"$eq": [f"{part}.thread_id", {"$literal": thread_id}]},
                 {"$eq": [f"{part}.checkpoint_ns", {"$literal": checkpoint_ns}]},
                 {"$eq": [f"{part}.channel", "$channel"]},
+                *more,
             ]
         }
+
+    # Of the join keys tried for a numeric version, only the stored version's part counts.
+    own_version = {"$in": ["$b.version", {"$ifNull": ["$vs", []]}]}
 
     return [
         {
@@ -239,11 +290,13 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "_id": 0,
                 "chain": 1,
                 "cut": 1,
+                "unseeded": 1,
                 "start": 1,
                 "parents": 1,
                 "end": 1,
+                "seeds": 1,
                 "w": {"$cond": [own("$w"), "$w", None]},
-                "b": {"$cond": [own("$b"), "$b", None]},
+                "b": {"$cond": [own("$b", own_version), "$b", None]},
             }
         },
         {
@@ -288,7 +341,9 @@ def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -
     """The id of an ancestor a ``history_pipeline`` walk needed and did not find stored:
     a gap in the chain up to the deepest seed, or (with the walk's ``max_depth``, when it
     is known to reach every seed) a parent where a walk that found no seed for some
-    channel stopped short of it. ``None`` when nothing is missing, or no ancestor was
+    channel stopped short of it. A walk that found every channel's seed is complete: an
+    ancestor missing beyond the deepest seed (deleted by maintenance, which keeps only
+    what survivors need) is no hole. ``None`` when nothing is missing, or no ancestor was
     found at all."""
     for doc in docs:
         if "chain" not in doc:
@@ -302,7 +357,8 @@ def missing_ancestor(docs: Iterable[Mapping[str, Any]], max_depth: int | None) -
         end: Mapping[str, Any] = doc.get("end") or {}
         reached_end = bool(ids) and end.get("id") == ids[-1]
         stopped_short = max_depth is not None and end.get("depth", max_depth) < max_depth
-        if reached_end and end.get("parent") is not None and stopped_short:
+        unseeded = bool(doc.get("unseeded", True))
+        if reached_end and end.get("parent") is not None and stopped_short and unseeded:
             return str(end["parent"])
     return None
 
@@ -329,10 +385,18 @@ def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def assemble(
-    docs: Iterable[Mapping[str, Any]], channels: Sequence[str], serde: SerializerProtocol
+    docs: Iterable[Mapping[str, Any]],
+    channels: Sequence[str],
+    serde: SerializerProtocol,
+    thread_id: str,
+    checkpoint_ns: str,
 ) -> dict[str, DeltaChannelHistory]:
-    """The ``get_delta_channel_history`` result from ``history_pipeline`` output."""
+    """The ``get_delta_channel_history`` result from ``history_pipeline`` output.
+
+    Raises ``MissingValueError`` when a seed value the walk found named is not there.
+    """
     docs = list(docs)
+    stored = {s["channel"]: s["version"] for d in docs if "chain" in d for s in d.get("seeds", ())}
     depth_of = {cid: depth for d in docs if "chain" in d for depth, cid in enumerate(d["chain"])}
     ordered: dict[str, list[tuple[tuple[Any, ...], PendingWrite]]] = {ch: [] for ch in channels}
     for _, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
@@ -346,6 +410,9 @@ def assemble(
     # Per channel, the seed is the fetched version no other fetched version is based on.
     bases = {(*key[:3], head["base"]) for key, (head, _) in blobs.items() if "base" in head}
     seeds = {key[2]: key for key in blobs if key not in bases}
+    for channel, version in stored.items():
+        if channel not in seeds or seeds[channel][3] != version:
+            raise MissingValueError(thread_id, checkpoint_ns, channel, version)
     result: dict[str, DeltaChannelHistory] = {}
     for ch in channels:
         entry: DeltaChannelHistory = {

@@ -3,9 +3,10 @@
 A rule-based assistant (no LLM, no network) that remembers what the user says
 about themselves, asks for approval with ``interrupt()`` before it books
 anything, and is then taken back in time: replayed from an earlier checkpoint
-and forked with ``update_state``. It prints what the saver stored, and finally shows
+and forked with ``update_state``. It prints what the saver stored, then shows
 long-term memory: an ``AsyncMongoDBStore`` sharing the saver's client, where a fact told
-in one thread is recalled in another.
+in one thread is recalled in another; and finally the node cache: an
+``AsyncMongoDBCache`` on the same client, which serves a node's second call from MongoDB.
 
 The demo drops its database (``mongo_ckpt_demo`` unless ``--db``) before it starts.
 
@@ -27,13 +28,14 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from langgraph.types import Command, StateSnapshot, interrupt
+from langgraph.types import CachePolicy, Command, StateSnapshot, interrupt
 from typing_extensions import NotRequired, TypedDict
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.redaction import redacted
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
 THREAD = "demo"
@@ -44,6 +46,7 @@ BOOKING = "Please book a table for two."
 USER_ID = "ada"
 MEMORY_THREADS = ("memory-1", "memory-2")
 MEMORY_TURNS = ("My name is Ada.", "I like green tea.")
+CACHE_TTL_SECONDS = 600
 SOURCE = "mongo_ckpt/demo.py"
 IN_PROCESS_MISSING = (
     "The in-process backend needs mongomock-motor, which comes with the test extra:\n"
@@ -180,6 +183,26 @@ def build_memory_graph() -> StateGraph[DemoState]:
     return builder
 
 
+class ForecastState(TypedDict):
+    city: str
+    forecast: NotRequired[str]
+
+
+def build_cached_graph(runs: list[str]) -> StateGraph[ForecastState]:
+    """``START -> forecast -> END``; ``forecast`` (an expensive call, say) has a
+    ``CachePolicy`` and appends its input to ``runs`` each time it really runs."""
+
+    def forecast(state: ForecastState) -> dict[str, Any]:
+        runs.append(state["city"])
+        return {"forecast": f"sunny in {state['city']}"}
+
+    builder = StateGraph(ForecastState)
+    builder.add_node("forecast", forecast, cache_policy=CachePolicy(ttl=CACHE_TTL_SECONDS))
+    builder.add_edge(START, "forecast")
+    builder.add_edge("forecast", END)
+    return builder
+
+
 # -- the backend ---------------------------------------------------------------
 
 
@@ -189,7 +212,7 @@ def open_client(uri: str | None) -> tuple[Any, str]:
         from pymongo import AsyncMongoClient
 
         # Shown without credentials and options.
-        where = re.sub(r"^([\w+]+://)[^@/]*@", r"\1", uri).split("?")[0].rstrip("/")
+        where = redacted(uri, uri).split("?")[0].rstrip("/")
         options: dict[str, Any] = {"serverSelectionTimeoutMS": SERVER_SELECTION_TIMEOUT_MS}
         if "timeoutms" not in uri.lower():
             options["timeoutMS"] = DEFAULT_TIMEOUT_MS
@@ -350,6 +373,32 @@ class Demo:
         for item in await store.asearch(("users",)):
             self.say(f"    namespace={item.namespace} key={item.key!r} value={item.value}")
 
+    async def node_cache(self) -> None:
+        from mongo_ckpt.cache import AsyncMongoDBCache
+
+        self.heading("6. Node cache: a node's result kept in MongoDB")
+        cache: AsyncMongoDBCache[Any] = AsyncMongoDBCache.from_saver(self.saver)
+        await cache.setup()
+        self.say(
+            "  cache = AsyncMongoDBCache.from_saver(saver): same client "
+            f"({cache.client is self.saver.client}), collection {cache.collection.name!r}"
+        )
+        self.say(f"  node 'forecast' has CachePolicy(ttl={CACHE_TTL_SECONDS}); two calls:")
+        runs: list[str] = []
+        graph = build_cached_graph(runs).compile(cache=cache)
+        for call in (1, 2):
+            before = len(runs)
+            chunks = [c async for c in graph.astream({"city": "Lisbon"}, stream_mode="updates")]
+            cached = any(c.get("__metadata__", {}).get("cached") for c in chunks)
+            ran = "the node ran" if len(runs) > before else "the node did not run"
+            where = "served from MongoDB" if cached else "its result written to the cache"
+            forecast = chunks[-1]["forecast"]["forecast"]
+            self.say(f"  call {call}: {forecast!r} ({ran}; {where})")
+        self.say(f"  the node ran {len(runs)} time for 2 calls; the cache holds:")
+        async for doc in cache.collection.find({}, {"value": 0}):
+            expires = "with expires_at" if "expires_at" in doc else "no expiry"
+            self.say(f"    node {doc['namespace'][-1]!r}, key {doc['key'][:8]}... ({expires})")
+
     async def _step_of(self, config: RunnableConfig | None) -> int | None:
         found = await self.saver.aget_tuple(config) if config else None
         return found.metadata["step"] if found else None
@@ -388,6 +437,7 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
         await demo.time_travel(original)
         await demo.storage(db_name)
         await demo.long_term_memory()
+        await demo.node_cache()
         if uri:
             print(f"\nThe data stays in database {db_name!r} for you to inspect.", file=out)
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import bson
@@ -122,8 +121,13 @@ def checkpoint_document(
             for ch in metadata.get("counters_since_delta_snapshot") or ()
             if ch in versions and ch not in values
         ],
-        "created_at": datetime.now(timezone.utc),
     }
+
+
+def checkpoint_update(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The upsert of checkpoint document ``doc``; ``created_at`` (it decides retention) is
+    the server's time."""
+    return {"$set": doc, "$currentDate": {"created_at": True}}
 
 
 @dataclass
@@ -134,6 +138,9 @@ class ValueWrites:
 
     requests: list[Any] = field(default_factory=list)
     multipart: list[dict[str, Any]] = field(default_factory=list)
+    # The key of the value each head (part 0) request writes, by request index: a bulk
+    # write's ``upserted_ids`` say which heads the call inserted.
+    heads: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def blob_requests(
@@ -148,9 +155,10 @@ def blob_requests(
 
     A channel in ``deltas`` is stored as its new tail, the head naming the base.
 
-    A version is written once: the head is inserted, never replaced, so a retried
-    put with different bytes for the same version reads back the first whole value.
-    Parts are keyed by the value's digest, so the two attempts never mix.
+    A version is written once: the head is inserted, never replaced (``heads`` says
+    which request writes each head, so ``put`` learns which it inserted and names the
+    stored value of the others). Parts are keyed by the value's digest, so two attempts
+    never mix.
     """
     out = ValueWrites()
     for channel, version in new_versions.items():
@@ -169,8 +177,10 @@ def blob_requests(
         for fields in parts:
             part = fields.pop("part")
             fields["join"] = join
-            if delta is not None and part == 0:
-                fields.update(delta.head_fields())
+            if part == 0:
+                out.heads[len(out.requests)] = (thread_id, checkpoint_ns, channel, version)
+                if delta is not None:
+                    fields.update(delta.head_fields())
             update = {"$setOnInsert": fields}
             out.requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
         if len(parts) > 1:
@@ -214,3 +224,21 @@ def write_requests(
         elif len(parts) > 1:
             out.multipart.append(write_key)
     return out
+
+
+class ConflictingValueError(ValueError):
+    """A ``put`` gave a channel version a value other than the one already stored for it.
+
+    A version names one value: a retried ``put`` must pass the same values. Nothing
+    readable was changed (no checkpoint written).
+    """
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, channel: str, version: Any) -> None:
+        super().__init__(
+            f"channel {channel!r} version {version!r} (thread_id={thread_id!r} "
+            f"checkpoint_ns={checkpoint_ns!r}) is already stored with a different value, and "
+            "a version names one value: retry a put with the values it was first given, or "
+            "give a changed value a new version (in new_versions and channel_versions)"
+        )
+        self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
+        self.channel, self.version = channel, version

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -18,6 +20,7 @@ from pymongo.errors import InvalidOperation
 from mongo_ckpt.calls import Call, Cursor, Emit, NextBatch, Operation, Step
 
 T = TypeVar("T")
+logger = logging.getLogger("mongo_ckpt")
 
 
 class ClientClosedError(RuntimeError):
@@ -194,6 +197,27 @@ def run_on_loop(
 
 
 _DONE = object()
+_STARTING = threading.Lock()
+
+
+def _stoppable(operation: Operation[T], stopped: Callable[[], bool]) -> Operation[T | None]:
+    """``operation``, closed before its next step once ``stopped()`` (maintenance is safe to
+    cut between any two calls)."""
+    result: Any = None
+    error: Exception | None = None
+    while True:
+        if stopped():
+            operation.close()
+            return None
+        try:
+            step = operation.throw(error) if error is not None else operation.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        result, error = None, None
+        try:
+            result = yield step
+        except Exception as exc:
+            error = exc
 
 
 class SyncDriver:
@@ -205,8 +229,45 @@ class SyncDriver:
 
         def _prepared(self, operation: Operation[T]) -> Operation[T]: ...
 
+    _background: threading.Thread | None = None
+    _background_stop: threading.Event
+
     def _run(self, operation: Operation[T]) -> T:
         return run(self.collections, self._prepared(operation))
+
+    def _start_background(self, operation: Operation[Any], what: str) -> None:
+        """Run ``operation`` in a daemon thread unless one is running; its error is logged
+        on the ``mongo_ckpt`` logger, never raised."""
+        with _STARTING:  # puts from several threads: one starts it
+            if self._background is not None and self._background.is_alive():
+                operation.close()
+                return
+            stop = self._background_stop = threading.Event()
+            prepared = _stoppable(self._prepared(operation), stop.is_set)
+
+            def work() -> None:
+                try:
+                    run(self.collections, prepared)
+                except Exception:
+                    logger.exception("mongo-ckpt %s failed (in the background)", what)
+
+            job = threading.Thread(target=work, name=f"mongo-ckpt {what}", daemon=True)
+            self._background = job
+            job.start()
+
+    def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool:
+        """Wait for the background operation (stopped at its next call with ``stop``);
+        ``True`` once none is running."""
+        job = self._background
+        if job is None:
+            return True
+        if stop:
+            self._background_stop.set()
+        job.join(timeout)
+        return not job.is_alive()
+
+    async def _ajoin_background(self, timeout: float | None, *, stop: bool = False) -> bool:
+        return await asyncio.to_thread(self._join_background, timeout, stop=stop)
 
     def _iter(self, operation: Operation[Any]) -> Iterator[Any]:
         return iterate(self.collections, self._prepared(operation))
@@ -234,9 +295,58 @@ class AsyncDriver:
 
         def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
+        loop: asyncio.AbstractEventLoop | None
+
+    _background: asyncio.Task[Any] | None = None
+
     async def _arun(self, operation: Operation[T]) -> T:
         self._bind_running_loop()
         return await arun(self.collections, self._prepared(operation))
+
+    def _start_background(self, operation: Operation[Any], what: str) -> None:
+        """Run ``operation`` in a task on the saver's loop unless one is running (called
+        from the loop or, for the sync methods, another thread); its error is logged on the
+        ``mongo_ckpt`` logger, never raised."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        loop = self.loop
+        if running is not None and running is loop:
+            self._spawn(operation, what)
+        elif loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._spawn, operation, what)
+        else:
+            operation.close()
+
+    def _spawn(self, operation: Operation[Any], what: str) -> None:
+        if self._background is not None and not self._background.done():
+            operation.close()
+            return
+
+        async def work() -> None:
+            try:
+                await arun(self.collections, self._prepared(operation))
+            except Exception:
+                logger.exception("mongo-ckpt %s failed (in the background)", what)
+
+        self._background = asyncio.get_running_loop().create_task(work())
+
+    async def _ajoin_background(self, timeout: float | None, *, stop: bool = False) -> bool:
+        """Wait for the background task (cancelled first with ``stop``: maintenance is safe
+        to cut); ``True`` once none is running."""
+        await asyncio.sleep(0)  # a task handed over from another thread starts first
+        task = self._background
+        if task is None or task.done():
+            return True
+        if stop:
+            task.cancel()
+        await asyncio.wait({task}, timeout=timeout)
+        return task.done()
+
+    def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool:
+        """``_ajoin_background`` from another thread."""
+        return self._on_loop(self._ajoin_background(timeout, stop=stop))
 
     async def _aiter(self, operation: Operation[Any]) -> AsyncIterator[Any]:
         self._bind_running_loop()

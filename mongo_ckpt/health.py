@@ -122,12 +122,20 @@ def ttl(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Finding]:
     ]
 
 
-def schema_version(found: int | None, current: int, has_data: bool, upgrade: str) -> Finding:
+def schema_version(
+    found: int | None, current: int, has_data: bool, upgrade: str, setup_version: int | None = None
+) -> Finding:
     """The layout version recorded for the saver (``found``) against the ``current`` one
-    this release reads; ``upgrade``: the command that upgrades it."""
+    this release reads; ``upgrade``: the command that upgrades it; ``setup_version``: the
+    highest version ``setup()`` reaches itself (beyond it, only the upgrade step)."""
     check = "schema version"
     if found == current:
         return Finding(check, "ok", f"version {found} (current)")
+    if found is not None and setup_version is not None and setup_version <= found < current:
+        return Finding(
+            check, "warn", f"version {found}: list deltas are off until the upgrade step",
+            f"once no process of an earlier mongo-ckpt release is left, run `{upgrade}`",
+        )
     if found is not None and found > current:
         return Finding(
             check, "fail", f"version {found}, newer than version {current} this mongo-ckpt reads",

@@ -2,20 +2,74 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pymongo import ASCENDING, IndexModel
 
 CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
+SCHEMA = "schema"  # logical name of the layout-version collection (``schema.py``)
+SCHEMA_COLLECTION = "mongo_ckpt_schema"
+STORE = "store"  # logical name of the store's collection (``mongo_ckpt.store``)
+# How the saver constructors name each collection; the CLI and the platform pass their own.
+ARGUMENTS = {
+    CHECKPOINTS: "checkpoint_collection_name",
+    BLOBS: "blobs_collection_name",
+    WRITES: "writes_collection_name",
+}
+
+
+class CollectionNameClash(ValueError):
+    """Two of the saver's collections, or one and the layout-version collection, share a
+    name: a checkpoint's documents would overwrite or delete each other."""
+
+    def __init__(self, roles: tuple[str, str], name: str, labels: Mapping[str, str] = ARGUMENTS):
+        self.roles, self.name = roles, name
+        super().__init__(self.describe(labels))
+
+    def describe(self, labels: Mapping[str, str]) -> str:
+        """The message, naming each collection as ``labels`` does (an argument, an option...)."""
+        first, second = self.roles
+        if second == SCHEMA:
+            return (
+                f"{labels[first]} is {self.name!r}, the name of mongo-ckpt's layout-version "
+                f"collection: pass another name for {labels[first]}"
+            )
+        if STORE in self.roles:
+            return (
+                f"{labels[first]} and {labels[second]} are both {self.name!r}: the store needs "
+                f"a collection of its own, apart from the checkpointer's; pass another name "
+                f"for {labels[STORE]}"
+            )
+        return (
+            f"{labels[first]} and {labels[second]} are both {self.name!r}: checkpoints, values "
+            "and pending writes need a collection each (maintenance of one would delete the "
+            f"others' documents); pass another name for {labels[first]} or {labels[second]}"
+        )
+
+
+def check_names(names: Mapping[str, str], labels: Mapping[str, str] = ARGUMENTS) -> None:
+    """Raise ``CollectionNameClash`` unless the collections ``names`` (by logical name) and
+    the layout-version collection all have names of their own."""
+    seen: dict[str, str] = {SCHEMA_COLLECTION: SCHEMA}
+    for logical, name in names.items():
+        if name in seen:
+            first, second = (logical, seen[name]) if seen[name] == SCHEMA else (seen[name], logical)
+            raise CollectionNameClash((first, second), name, labels)
+        seen[name] = logical
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Names of the three checkpointer collections."""
+    """Names of the three checkpointer collections; three names of their own, none the
+    layout-version collection's (else ``CollectionNameClash``)."""
 
     checkpoints: str = "checkpoints"
     blobs: str = "checkpoint_blobs"
     writes: str = "checkpoint_writes"
+
+    def __post_init__(self) -> None:
+        check_names(self.by_logical())
 
     def by_logical(self) -> dict[str, str]:
         """Collection name per logical name (the keys of ``saver.collections``)."""

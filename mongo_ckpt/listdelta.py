@@ -10,6 +10,10 @@ a row for a channel (k = 0 is a whole value) is based on version ``k & (k - 1)``
 reading version k touches ``popcount(k) + 1`` documents (at most ``log2(k) + 2``)
 and every element is stored O(log n) times.
 
+Deltas are written only while the database records layout version 4 (``enabled``:
+wanted by the saver and allowed by the recorded version), so a process of a release
+before them never reads a tail as the whole list (``schema``, ``saver.upgrade``).
+
 Invariants that keep a base alive:
 
 - A checkpoint's ``values`` names every version its value is rebuilt from: the
@@ -20,27 +24,39 @@ Invariants that keep a base alive:
   last wrote on the thread and namespace, and its base is a version this instance
   wrote there (so the parent names it and it is stored). Anything else writes a
   whole value.
+- The stored value is the truth. A version is written once (first write wins), so a
+  ``put`` that finds a version already stored (a retry) names that value's stored chain,
+  and records no digests of it; a different value under that version is refused.
 - A base that is missing anyway (deleted under a running graph) makes the read raise
   ``MissingValueError``, never return a shortened list.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
-from mongo_ckpt.payload import digest
-
-# Threads (and namespaces) whose latest written chain one saver instance remembers.
-CACHED_THREADS = 256
+# Bytes of element digests (and per-link bookkeeping) one saver instance keeps for the
+# chains it wrote last, least recently used threads evicted first.
+CACHE_BYTES = 32 * 2**20
+DIGEST_SIZE = 8  # bytes of one element's digest
+# Accounted per cached link (a counter, a version, a prefix length) and per cached thread
+# (its key and containers): Python's own object sizes, rounded up.
+LINK_BYTES = 160
+THREAD_BYTES = 1024
 # Checkpoints whose ``values`` (with bases) one saver instance remembers.
 CACHED_CHECKPOINTS = 4096
+# While the database does not allow deltas, how often a saver reads its layout version
+# again, so an upgrade by another process takes effect without a restart.
+LAYOUT_RECHECK_SECONDS = 60.0
 
 
 def fenwick_base(k: int) -> int:
@@ -63,32 +79,80 @@ def is_list(value: Any) -> bool:
     return type(value) is list
 
 
-def fingerprints(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, ...]:
-    """Digests of each element's serialized bytes.
+def plain_serde(serde: SerializerProtocol) -> SerializerProtocol:
+    """The serializer whose bytes identify a value: the plain one under ``EncryptedSerializer``
+    (its stored bytes are randomized)."""
+    return serde.serde if isinstance(serde, EncryptedSerializer) else serde
 
-    With ``EncryptedSerializer`` the stored bytes are randomized, so elements are
-    fingerprinted with the plain serializer underneath; fingerprints stay in memory.
+
+def element_digest(type_: str, data: bytes) -> bytes:
+    """A compact digest of one serialized element (``DIGEST_SIZE`` bytes)."""
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    h.update(type_.encode())
+    h.update(b"\0")
+    h.update(data)
+    return h.digest()
+
+
+def fingerprints(serde: SerializerProtocol, items: Sequence[Any]) -> bytes:
+    """The digests of each element's serialized bytes, concatenated.
+
+    Elements of an encrypted saver are fingerprinted with the plain serializer
+    underneath; fingerprints stay in memory.
     """
-    plain = serde.serde if isinstance(serde, EncryptedSerializer) else serde
-    return tuple(digest(*plain.dumps_typed(item)) for item in items)
+    plain = plain_serde(serde)
+    return b"".join(element_digest(*plain.dumps_typed(item)) for item in items)
 
 
-def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+def common_prefix(a: bytes, b: bytes) -> int:
+    """How many leading elements two ``fingerprints`` buffers share."""
+    lo, hi = 0, min(len(a), len(b)) // DIGEST_SIZE
+    if a[: hi * DIGEST_SIZE] == b[: hi * DIGEST_SIZE]:
+        return hi
+    hi -= 1  # the longest shared prefix is shorter than ``hi``; find it by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[: mid * DIGEST_SIZE] == b[: mid * DIGEST_SIZE]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
-@dataclass(frozen=True)
+def same_value(serde: SerializerProtocol, given: Any, stored: Any) -> bool:
+    """Whether ``given`` is the value ``stored`` reads back as: both normalized through the
+    plain serializer (a tuple reads back as a list) and compared by their bytes."""
+    plain = plain_serde(serde)
+
+    def normal(value: Any) -> tuple[str, bytes]:
+        value = plain.loads_typed(plain.dumps_typed(value))
+        return plain.dumps_typed(list(value) if isinstance(value, tuple) else value)
+
+    return normal(given) == normal(stored)
+
+
+@dataclass(frozen=True, slots=True)
 class Link:
-    """One stored version of a channel's chain: its counter, version and element digests."""
+    """One stored version of a channel's chain: its counter, its version, and how many
+    leading elements its value is known to share with the chain's latest value (a lower
+    bound: a shorter ``keep`` is always correct)."""
 
     k: int
     version: Any
-    digests: tuple[str, ...]
+    shared: int
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The versions of a channel this instance wrote in a row: the element digests of the
+    latest value (``fingerprints``) and the links a next delta may be based on."""
+
+    latest: bytes
+    links: tuple[Link, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.latest) + LINK_BYTES * len(self.links)
 
 
 @dataclass(frozen=True)
@@ -111,7 +175,14 @@ class Plan:
     # Per channel in the checkpoint, the versions its value is rebuilt from, value last.
     chains: dict[str, list[Any]] = field(default_factory=dict)
     # The chain state after this put, per channel written with a list value.
-    links: dict[str, list[Link]] = field(default_factory=dict)
+    links: dict[str, Chain] = field(default_factory=dict)
+
+    def adopt(self, channel: str, chain: Sequence[Any]) -> None:
+        """The value of ``channel`` was stored already (by an earlier attempt): name its
+        stored chain, and keep no digests of it (the next version is written whole)."""
+        self.chains[channel] = list(chain)
+        self.deltas.pop(channel, None)
+        self.links.pop(channel, None)
 
 
 def chains_of(values: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -131,6 +202,21 @@ def values_entries(chains: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return entries
 
 
+def stored_chain(
+    heads: Mapping[tuple[Any, ...], tuple[Mapping[str, Any], Any]], key: tuple[Any, ...]
+) -> list[Any] | None:
+    """The versions the stored value at ``key`` is rebuilt from, base first, as its heads
+    (``payload.join`` output) say; ``None`` if a document of the chain is missing."""
+    chain: list[Any] = []
+    while key in heads and len(chain) <= len(heads):  # longer: a cycle, never written
+        chain.append(key[3])
+        head = heads[key][0]
+        if "base" not in head:
+            return chain[::-1]
+        key = (*key[:3], head["base"])
+    return None
+
+
 class _Lru(OrderedDict[Any, Any]):
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -143,23 +229,91 @@ class _Lru(OrderedDict[Any, Any]):
             self.popitem(last=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Head:
     checkpoint_id: str
-    links: dict[str, list[Link]]
+    links: dict[str, Chain]
+
+    @property
+    def nbytes(self) -> int:
+        return THREAD_BYTES + sum(chain.nbytes for chain in self.links.values())
+
+
+class _Heads:
+    """The latest head per thread and namespace, least recently used evicted first once
+    their accounted bytes (``_Head.nbytes``) exceed ``budget``."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.nbytes = 0
+        self._items: OrderedDict[tuple[str, str], _Head] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> _Head | None:
+        head = self._items.get(key)
+        if head is not None:
+            self._items.move_to_end(key)
+        return head
+
+    def put(self, key: tuple[str, str], head: _Head) -> None:
+        self.drop([key])
+        if head.nbytes > self.budget:
+            return
+        self._items[key] = head
+        self.nbytes += head.nbytes
+        while self.nbytes > self.budget:
+            _, evicted = self._items.popitem(last=False)
+            self.nbytes -= evicted.nbytes
+
+    def drop(self, keys: Iterable[tuple[str, str]]) -> None:
+        for key in keys:
+            head = self._items.pop(key, None)
+            if head is not None:
+                self.nbytes -= head.nbytes
+
+    def threads(self) -> list[tuple[str, str]]:
+        return list(self._items)
 
 
 class ListDeltas:
     """Per saver instance: the chains it wrote last and the checkpoints it has seen.
 
+    The chains take at most ``cache_bytes`` (``DIGEST_SIZE`` bytes per element of each
+    channel's latest value, ``LINK_BYTES`` per link, ``THREAD_BYTES`` per thread), least
+    recently used threads evicted first; an evicted thread's next version is written whole.
     Safe under concurrent use: every access holds a lock and never yields inside it.
     """
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self, enabled: bool = True, cache_bytes: int = CACHE_BYTES) -> None:
+        self.wanted = enabled
+        # Whether the database records that every writer reads deltas; unknown (no) until
+        # setup has read its layout version.
+        self.allowed = False
+        self._next_check = 0.0
         self._lock = threading.Lock()
-        self._heads = _Lru(CACHED_THREADS)
+        self._heads = _Heads(cache_bytes)
         self._seen = _Lru(CACHED_CHECKPOINTS)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether new list values are written as deltas: wanted by the saver and allowed
+        by the database's recorded layout version."""
+        return self.wanted and self.allowed
+
+    def note_layout(self, allowed: bool) -> None:
+        """The layout version was read: whether it allows deltas."""
+        self.allowed = allowed
+        self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
+
+    def recheck_due(self) -> bool:
+        """Whether to read the layout version again: deltas are wanted, not yet allowed,
+        and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        return self.wanted and not self.allowed and monotonic() >= self._next_check
+
+    @property
+    def cached_bytes(self) -> int:
+        """The accounted bytes of the chains held now (at most ``cache_bytes``)."""
+        with self._lock:
+            return self._heads.nbytes
 
     def known_chains(self, key: tuple[str, str, str]) -> dict[str, list[Any]] | None:
         """The chains the checkpoint ``key`` names, if this instance has seen it."""
@@ -177,9 +331,9 @@ class ListDeltas:
         """Drop what this instance remembers of ``thread_ids`` (after deleting them)."""
         gone = set(thread_ids)
         with self._lock:
-            for cache in (self._heads, self._seen):
-                for key in [k for k in cache if k[0] in gone]:
-                    del cache[key]
+            self._heads.drop([k for k in self._heads.threads() if k[0] in gone])
+            for key in [k for k in self._seen if k[0] in gone]:
+                del self._seen[key]
 
     def plan(
         self,
@@ -208,26 +362,29 @@ class ListDeltas:
             if channel not in new_versions:
                 chain = (parent_chains or {}).get(channel)
                 plan.chains[channel] = list(chain) if chain and chain[-1] == version else [version]
-                if channel in usable and usable[channel][-1].version == version:
+                if channel in usable and usable[channel].links[-1].version == version:
                     plan.links[channel] = usable[channel]
                 continue
             if not (self.enabled and is_list(value)):
                 plan.chains[channel] = [version]
                 continue
             digests = fingerprints(serde, value)
-            links = usable.get(channel)
-            if links:
-                k = links[-1].k + 1
+            size = len(value)
+            previous = usable.get(channel)
+            if previous:
+                k = previous.links[-1].k + 1
                 wanted = fenwick_chain(k)
-                kept = [link for link in links if link.k in wanted]
-                keep = common_prefix(kept[-1].digests, digests)
+                kept = [link for link in previous.links if link.k in wanted]
+                shared = common_prefix(previous.latest, digests)
+                keep = min(shared, kept[-1].shared)
                 if keep:
                     tail = list(value[keep:])
                     plan.deltas[channel] = Delta(kept[-1].version, keep, tail)
-                    plan.links[channel] = [*kept, Link(k, version, digests)]
-                    plan.chains[channel] = [link.version for link in plan.links[channel]]
+                    links = [Link(lk.k, lk.version, min(lk.shared, shared)) for lk in kept]
+                    plan.links[channel] = Chain(digests, (*links, Link(k, version, size)))
+                    plan.chains[channel] = [link.version for link in plan.links[channel].links]
                     continue
-            plan.links[channel] = [Link(0, version, digests)]
+            plan.links[channel] = Chain(digests, (Link(0, version, size),))
             plan.chains[channel] = [version]
         return plan
 

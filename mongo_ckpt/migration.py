@@ -9,12 +9,24 @@ a batch cut half way is simply done again: rerunning after a cut gives the same
 result, and the marker (``schema`` collection, ``migration:<db>.<collection>``) lets
 the rerun start after the last finished thread. The source is only read.
 
+A thread that cannot be converted (a checkpoint over mongo-ckpt's document limit, say:
+its metadata is stored twice) is skipped whole, so no migrated checkpoint misses its
+parent, and the migration goes on. Each skip is recorded with its reason in the
+marker and reported at the end; a rerun tries the skipped threads again, and
+``verify_migration`` lists them as skipped, not as mismatches.
+
 Versions: the official saver numbers channel versions 1, 2, 3... per thread, so two
 branches forked from one checkpoint reuse a number for different values; mongo-ckpt
 keys values by version. A numeric version becomes mongo-ckpt's zero-padded string,
-and, for a channel with a value, gets a digest of that value as its tail, so equal
+and, for a channel with a value, gets a tail telling its values apart, so equal
 numbers with different values never share a document (``versions_seen`` is mapped
-the same way, which keeps every comparison LangGraph makes unchanged).
+the same way, which keeps every comparison LangGraph makes unchanged). The tail is an
+HMAC, under a secret key, of the value and where it is (thread, namespace, channel,
+number): the same value at the same place gets the same version in every checkpoint and
+on every rerun, while a reader without the key can neither test a guessed value against
+it nor see that two threads hold equal values. The key is drawn at random by the first
+run and kept in the progress marker, serialized with the saver's ``serde`` (so encrypted
+with ``EncryptedSerializer``).
 
 ``verify_migration`` reads every migrated thread back through the saver and compares
 it with the source: ids, parents, metadata and pending writes of every checkpoint,
@@ -23,11 +35,15 @@ and the channel values of each namespace's latest one.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from bson import Binary
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -65,16 +81,19 @@ from mongo_ckpt.official import (
     writes_by_checkpoint,
 )
 from mongo_ckpt.operations import CheckpointOperations
-from mongo_ckpt.payload import digest
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SCHEMA
 
 SOURCE_CHECKPOINTS, SOURCE_WRITES = "source_checkpoints", "source_writes"
 DEFAULT_BATCH = 100  # threads per batch
 READ_BATCH = 500  # source checkpoints per cursor step
-# Serializes a value only to digest it: the same value gives the same version string
-# on every run, whatever the saver's (possibly encrypting) serde does.
+# Serializes a value only to key its version tail: the same value gives the same version
+# string on every run, whatever the saver's (possibly encrypting) serde does.
 _PLAIN = JsonPlusSerializer(pickle_fallback=True)
+VERSION_KEY = "version_key"
+"""The marker's field holding the version tails' key (serialized with the saver's serde)."""
+VERSION_KEY_BYTES = 32
+TAIL_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -90,15 +109,44 @@ class Source:
         return f"migration:{self.db}.{self.checkpoints}"
 
 
+@dataclass(frozen=True)
+class Skip:
+    """A source thread that was not migrated: the checkpoint that could not be converted,
+    why, and how many checkpoints the thread has."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    reason: str
+    checkpoints: int
+
+
 @dataclass
 class Progress:
-    """Counts so far; ``total_checkpoints`` is the source's checkpoint count."""
+    """Counts so far; ``total_checkpoints`` is the source's checkpoint count. ``skipped``
+    lists the threads not migrated (their checkpoints are not in ``checkpoints``)."""
 
     threads: int = 0
     checkpoints: int = 0
     writes: int = 0
     total_checkpoints: int = 0
     last_thread: str | None = None
+    skipped: list[Skip] = field(default_factory=list)
+
+    @classmethod
+    def from_marker(cls, state: Mapping[str, Any]) -> Progress:
+        """The counts a progress marker recorded (``marker_state``)."""
+        skipped = [Skip(**skip) for skip in state.get("skipped", ())]
+        return cls(**{**state, "skipped": skipped})
+
+    def marker_state(self) -> dict[str, Any]:
+        """The counts as the progress marker records them (all but the source's total)."""
+        state = {k: v for k, v in vars(self).items() if k != "total_checkpoints"}
+        return {**state, "skipped": [vars(skip) for skip in self.skipped]}
+
+    @property
+    def skipped_checkpoints(self) -> int:
+        return sum(skip.checkpoints for skip in self.skipped)
 
 
 @dataclass(frozen=True)
@@ -119,6 +167,7 @@ class Verification:
     threads: int = 0
     checkpoints: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -134,13 +183,20 @@ def _numbered(version: Any) -> str | None:
     return f"{int(version):012}"
 
 
-def value_tail(value: Any) -> str:
-    """Ten hex digits identifying ``value`` (a digest of its plain serialization)."""
-    return digest(*_PLAIN.dumps_typed(value))[:10]
+def value_tail(key: bytes, where: Sequence[str], value: Any) -> str:
+    """Ten hex digits telling ``value`` apart at ``where`` (thread, namespace, channel,
+    number): an HMAC-SHA256 under ``key`` of those and the value's plain serialization."""
+    type_, data = _PLAIN.dumps_typed(value)
+    parts = [p.encode() for p in (*where, type_)] + [data]
+    message = b"".join(len(p).to_bytes(8, "big") + p for p in parts)  # unambiguous
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:TAIL_DIGITS]
 
 
-def convert_versions(checkpoint: Checkpoint) -> Checkpoint:
-    """``checkpoint`` with mongo-ckpt version strings (see the module docstring)."""
+def convert_versions(
+    checkpoint: Checkpoint, key: bytes, thread_id: str, checkpoint_ns: str
+) -> Checkpoint:
+    """``checkpoint`` of ``thread_id``/``checkpoint_ns`` with mongo-ckpt version strings,
+    tails keyed with ``key`` (see the module docstring)."""
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
     mapped: dict[str, Any] = {}
@@ -149,7 +205,8 @@ def convert_versions(checkpoint: Checkpoint) -> Checkpoint:
         if number is None:
             mapped[channel] = version
         elif channel in values:
-            mapped[channel] = f"{number}.{value_tail(values[channel])}"
+            where = (thread_id, checkpoint_ns, channel, number)
+            mapped[channel] = f"{number}.{value_tail(key, where, values[channel])}"
         else:
             mapped[channel] = number
 
@@ -189,30 +246,18 @@ def convert(
     ops: CheckpointOperations,
     checkpoints: Sequence[OfficialCheckpoint],
     writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+    version_key: bytes,
 ) -> Requests:
-    """Target requests for the checkpoints and writes of some whole threads."""
+    """Target requests for the checkpoints and writes of some whole threads, version tails
+    keyed with ``version_key``; raises ``Unconvertible`` for a checkpoint mongo-ckpt cannot
+    store."""
     out = Requests()
     stored: set[tuple[str, str, str, Any]] = set()
     for cp in checkpoints:
-        key = dict(zip(CHECKPOINT_KEY, (cp.thread_id, cp.checkpoint_ns, cp.checkpoint_id)))
-        checkpoint = convert_versions(cp.checkpoint)
-        versions = checkpoint["channel_versions"]
-        new = {}
-        for channel in checkpoint["channel_values"]:
-            if channel in versions:
-                value_key = (cp.thread_id, cp.checkpoint_ns, channel, versions[channel])
-                if value_key not in stored:
-                    stored.add(value_key)
-                    new[channel] = versions[channel]
-        out.blobs += blob_requests(
-            cp.thread_id, cp.checkpoint_ns, checkpoint["channel_values"], new, ops.serde
-        ).requests
-        doc = checkpoint_document(
-            key, checkpoint, cp.metadata, cp.parent_checkpoint_id, ops.serde, ops.filterable_keys
-        )
-        doc["created_at"] = _created_at(checkpoint)
-        check_checkpoint_size(doc)
-        out.checkpoints.append(UpdateOne(key, {"$set": doc}, upsert=True))
+        try:
+            out.checkpoints.append(_convert_checkpoint(ops, cp, stored, out, version_key))
+        except ValueError as exc:
+            raise Unconvertible(cp, str(exc)) from exc
     for (thread_id, ns, checkpoint_id), group in writes.items():
         key = dict(zip(CHECKPOINT_KEY, (thread_id, ns, checkpoint_id)))
         tasks: dict[tuple[str, str], list[OfficialWrite]] = {}
@@ -228,6 +273,69 @@ def convert(
                 idxs=[w.idx for w in task_writes],
             ).requests
     return out
+
+
+class Unconvertible(ValueError):
+    """A source checkpoint mongo-ckpt cannot store; its thread is skipped."""
+
+    def __init__(self, checkpoint: OfficialCheckpoint, reason: str) -> None:
+        super().__init__(reason)
+        self.checkpoint, self.reason = checkpoint, reason
+
+
+def _convert_checkpoint(
+    ops: CheckpointOperations,
+    cp: OfficialCheckpoint,
+    stored: set[tuple[str, str, str, Any]],
+    out: Requests,
+    version_key: bytes,
+) -> WriteRequest:
+    """The checkpoint's upsert; the requests of its values not in ``stored`` go to ``out``."""
+    key = dict(zip(CHECKPOINT_KEY, (cp.thread_id, cp.checkpoint_ns, cp.checkpoint_id)))
+    checkpoint = convert_versions(cp.checkpoint, version_key, cp.thread_id, cp.checkpoint_ns)
+    versions = checkpoint["channel_versions"]
+    new = {}
+    for channel in checkpoint["channel_values"]:
+        if channel in versions:
+            value_key = (cp.thread_id, cp.checkpoint_ns, channel, versions[channel])
+            if value_key not in stored:
+                new[channel] = versions[channel]
+    doc = checkpoint_document(
+        key, checkpoint, cp.metadata, cp.parent_checkpoint_id, ops.serde, ops.filterable_keys
+    )
+    doc["created_at"] = _created_at(checkpoint)
+    check_checkpoint_size(doc)
+    stored.update((cp.thread_id, cp.checkpoint_ns, ch, v) for ch, v in new.items())
+    out.blobs += blob_requests(
+        cp.thread_id, cp.checkpoint_ns, checkpoint["channel_values"], new, ops.serde
+    ).requests
+    return UpdateOne(key, {"$set": doc}, upsert=True)
+
+
+def convert_threads(
+    ops: CheckpointOperations,
+    threads: Mapping[str, Sequence[OfficialCheckpoint]],
+    writes: Mapping[tuple[str, str, str], Sequence[OfficialWrite]],
+    version_key: bytes,
+) -> tuple[Requests, list[Skip]]:
+    """``convert`` thread by thread: the requests of the threads that convert, and a
+    ``Skip`` for each that does not (none of its documents is written)."""
+    out, skipped = Requests(), []
+    by_thread: dict[str, dict[tuple[str, str, str], Sequence[OfficialWrite]]] = {}
+    for key, group in writes.items():
+        by_thread.setdefault(key[0], {})[key] = group
+    for thread_id, checkpoints in threads.items():
+        try:
+            requests = convert(ops, checkpoints, by_thread.get(thread_id, {}), version_key)
+        except Unconvertible as exc:
+            cp = exc.checkpoint
+            skip = Skip(thread_id, cp.checkpoint_ns, cp.checkpoint_id, exc.reason, len(checkpoints))
+            skipped.append(skip)
+            continue
+        out.blobs += requests.blobs
+        out.writes += requests.writes
+        out.checkpoints += requests.checkpoints
+    return out, skipped
 
 
 # -- operations ---------------------------------------------------------------------
@@ -268,35 +376,68 @@ def migration(
     progress: ProgressCallback | None,
 ) -> Operation[Progress]:
     """The migration as a ``calls.Operation`` (see the module docstring)."""
-    marker = None if restart else (yield from find_one(SCHEMA, {"_id": source.marker}))
-    done = Progress(**(marker or {}).get("progress", {}))
+    # The marker keeps the version key, which a restart keeps too; only progress restarts.
+    marker = yield from find_one(SCHEMA, {"_id": source.marker})
+    version_key = yield from _version_key(ops, source, marker)
+    done = Progress.from_marker({} if restart else (marker or {}).get("progress", {}))
     done.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
-    query = {"thread_id": {"$gt": done.last_thread}} if done.last_thread is not None else {}
+    query: dict[str, Any] = {}
+    if done.last_thread is not None:
+        # The threads after the last finished one, and those skipped before: tried again.
+        query = {"thread_id": {"$gt": done.last_thread}}
+        retried = sorted(skip.thread_id for skip in done.skipped)
+        if retried:
+            query = {"$or": [query, {"thread_id": {"$in": retried}}]}
     if progress is not None:
         progress(done)
 
     def migrate(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
-        checkpoints = [load_checkpoint(ops.serde, d) for docs in threads.values() for d in docs]
-        requests = convert(ops, checkpoints, writes)
+        checkpoints = {
+            thread_id: [load_checkpoint(ops.serde, d) for d in docs]
+            for thread_id, docs in threads.items()
+        }
+        requests, skipped = convert_threads(ops, checkpoints, writes, version_key)
         # Values and writes first, checkpoints last, as ``put`` does; ordered, so each
         # value's head comes after its parts.
-        for logical, batch_requests in ((BLOBS, requests.blobs), (WRITES, requests.writes)):
+        for logical, batch_requests in (
+            (BLOBS, requests.blobs),
+            (WRITES, requests.writes),
+            (CHECKPOINTS, requests.checkpoints),
+        ):
             if batch_requests:
-                yield from bulk_write(logical, batch_requests, ordered=True)
-        yield from bulk_write(CHECKPOINTS, requests.checkpoints, ordered=False)
-        done.threads += len(threads)
-        done.checkpoints += len(checkpoints)
-        done.writes += sum(len(group) for group in writes.values())
-        done.last_thread = list(threads)[-1]
-        state = {k: v for k, v in vars(done).items() if k != "total_checkpoints"}
-        update = {"$set": {"progress": state, "source": vars(source)}}
+                yield from bulk_write(logical, batch_requests, ordered=logical != CHECKPOINTS)
+        missed = {skip.thread_id for skip in skipped}
+        migrated = [t for t in threads if t not in missed]
+        # Skipped threads are not counted, so one that converts when tried again counts once.
+        done.threads += len(migrated)
+        done.checkpoints += sum(len(checkpoints[t]) for t in migrated)
+        done.writes += sum(len(w) for key, w in writes.items() if key[0] not in missed)
+        # Skips of threads not in this batch stay recorded until they are tried again.
+        done.skipped = [s for s in done.skipped if s.thread_id not in threads] + skipped
+        done.last_thread = max(filter(None, [done.last_thread, list(threads)[-1]]))
+        update = {"$set": {"progress": done.marker_state(), "source": vars(source)}}
         yield from update_one(SCHEMA, {"_id": source.marker}, update, upsert=True)
         if progress is not None:
             progress(done)
 
     yield from _threads(query, batch, migrate)
     return done
+
+
+def _version_key(
+    ops: CheckpointOperations, source: Source, marker: Mapping[str, Any] | None
+) -> Operation[bytes]:
+    """The key of the version tails: the one the marker keeps, else a new random one,
+    stored (serialized with the saver's serde) before anything is migrated with it."""
+    if marker is not None and VERSION_KEY in marker:
+        stored = marker[VERSION_KEY]
+        return bytes(ops.serde.loads_typed((stored["type"], bytes(stored["data"]))))
+    key = secrets.token_bytes(VERSION_KEY_BYTES)
+    type_, data = ops.serde.dumps_typed(key)
+    update = {"$set": {VERSION_KEY: {"type": type_, "data": Binary(data)}}}
+    yield from update_one(SCHEMA, {"_id": source.marker}, update, upsert=True)
+    return key
 
 
 def _collect(operation: Operation[Any]) -> Operation[list[Any]]:
@@ -365,10 +506,13 @@ def compare(
 
 
 def verification(
-    ops: CheckpointOperations, batch: int, progress: ProgressCallback | None
+    ops: CheckpointOperations, source: Source, batch: int, progress: ProgressCallback | None
 ) -> Operation[Verification]:
-    """The verification as a ``calls.Operation``: every source thread against the target."""
-    result = Verification()
+    """The verification as a ``calls.Operation``: every source thread against the target,
+    but those the migration recorded as skipped, which are listed as such."""
+    marker = yield from find_one(SCHEMA, {"_id": source.marker})
+    result = Verification(skipped=Progress.from_marker((marker or {}).get("progress", {})).skipped)
+    skipped = {skip.thread_id for skip in result.skipped}
     seen = Progress()
     seen.total_checkpoints = yield from count_documents(SOURCE_CHECKPOINTS, {})
     if progress is not None:
@@ -377,6 +521,8 @@ def verification(
     def check(threads: Threads) -> Operation[None]:
         writes = yield from _source_writes(ops, list(threads))
         for thread_id, docs in threads.items():
+            if thread_id in skipped:
+                continue
             source = [load_checkpoint(ops.serde, d) for d in docs]
             config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
             target = yield from _collect(ops.list(config, None, None, None))
@@ -435,7 +581,9 @@ def migrate_from_official(
     (``restart=True`` goes over every thread again, with the same result). The saver's
     ``serde`` must read the source (the same ``EncryptedSerializer`` key, if any).
     ``progress`` is called with the counts so far, then after each batch. Returns the
-    counts (of every run, when resumed).
+    counts (of every run, when resumed); ``skipped`` lists the threads left unmigrated
+    because one of their checkpoints cannot be converted, with the reason. A rerun tries
+    them again.
     """
     _check_batch(batch)
     collections = _collections(saver, source)
@@ -451,8 +599,9 @@ def verify_migration(
     progress: ProgressCallback | None = None,
 ) -> Verification:
     """Compare every thread of ``source`` with what ``saver`` reads back (ids, parents,
-    metadata and pending writes of each checkpoint; the latest state per namespace)."""
+    metadata and pending writes of each checkpoint; the latest state per namespace).
+    Threads the migration skipped are not compared: ``skipped`` lists them."""
     _check_batch(batch)
     collections = _collections(saver, source)
     saver.setup()
-    return run(collections, verification(saver.ops, batch, progress))
+    return run(collections, verification(saver.ops, source, batch, progress))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,6 +20,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
+from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import schema, tombstones
 from mongo_ckpt.calls import (
@@ -37,8 +39,8 @@ from mongo_ckpt.calls import (
     find_cursor,
     next_batch,
     update_many,
-    update_one,
 )
+from mongo_ckpt.clock import server_now
 from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
@@ -48,10 +50,12 @@ from mongo_ckpt.delta import (
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
+    ConflictingValueError,
     ValueWrites,
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
+    checkpoint_update,
     write_requests,
 )
 from mongo_ckpt.identifiers import check_limit, coerce_id, coerce_ids, thread_key
@@ -67,7 +71,15 @@ from mongo_ckpt.layout import (
     index_models,
     write_join,
 )
-from mongo_ckpt.listdelta import ListDeltas
+from mongo_ckpt.listdelta import (
+    ListDeltas,
+    Plan,
+    chains_of,
+    is_list,
+    same_value,
+    stored_chain,
+    values_entries,
+)
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -90,6 +102,7 @@ from mongo_ckpt.snapshot_distance import MAX_DEPTH, SnapshotDistances
 FIRST_PAGE = 10
 MAX_PAGE = 250
 COPY_BATCH = 200
+SWEEP_BATCH = 500  # threads per round of the retention sweep: no command carries every id
 READ_ATTEMPTS = 3  # reads of a checkpoint that maintenance deletes while it is being read
 _KEY_FIELDS = {
     CHECKPOINTS: CHECKPOINT_KEY,
@@ -100,11 +113,35 @@ SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "r
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
-DOOMED = tombstones.DOOMED
+DOOMED, DOOMED_AT = tombstones.DOOMED, tombstones.DOOMED_AT
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
+COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
+
+
+class ThreadExistsError(ValueError):
+    """``copy_thread`` onto a thread that already has checkpoints of its own."""
+
+    def __init__(self, target_thread_id: str) -> None:
+        super().__init__(
+            f"thread {target_thread_id!r} already has checkpoints: copying onto it would merge "
+            "two histories; delete it first (delete_thread, `mongo-ckpt delete`) or copy to "
+            "a new thread id"
+        )
+        self.target_thread_id = target_thread_id
+
+
+@dataclass
+class Deleted:
+    """What a deleting call deleted: the threads and the documents per collection."""
+
+    threads: list[str] = field(default_factory=list)
+    documents: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KEY_FIELDS, 0))
+
+    def add(self, collection: str, count: int) -> None:
+        self.documents[collection] += count
 
 
 class CheckpointOperations:
@@ -125,18 +162,23 @@ class CheckpointOperations:
         # Counters of the checkpoints read, for the DeltaChannel history walks that follow.
         self.distances = distances
 
-    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
-        """Check the recorded layout version; upgrade and record it when older.
+    def _where(self, db_name: str) -> str:
+        """How errors name the saver's collections."""
+        return f"database {db_name!r} (collections {', '.join(self.layout.by_logical().values())})"
 
-        One round trip when the version is current. Unversioned collections are new
+    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
+        """Check the recorded layout version; upgrade and record it when older, up to
+        ``schema.SAVER_SETUP_VERSION`` (a new, empty database gets the current version).
+
+        One round trip when nothing is to upgrade. Unversioned collections are new
         (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
         langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
+        Notes in ``deltas`` whether the recorded version allows list deltas.
         """
-        key = schema.saver_key(self.layout.checkpoints)
-        names = ", ".join(self.layout.by_logical().values())
-        where = f"database {db_name!r} (collections {names})"
+        key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
-        if found == schema.SAVER_SCHEMA_VERSION:
+        if found is not None and found >= schema.SAVER_SETUP_VERSION:
+            self.deltas.note_layout(found >= schema.LIST_DELTAS_VERSION)
             return
         if found is None:
             sample = yield from find(
@@ -157,7 +199,22 @@ class CheckpointOperations:
         yield from self.create_indexes()
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
-        yield from schema.record(key, self.layout.by_logical())
+        recorded = max(found, schema.SAVER_SETUP_VERSION)
+        yield from schema.record(key, self.layout.by_logical(), recorded)
+        self.deltas.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
+
+    def upgrade(self) -> Operation[None]:
+        """Record the current layout version (after ``setup``): every writer reads list
+        deltas, so they are written from now on."""
+        key = schema.saver_key(self.layout.checkpoints)
+        yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
+        self.deltas.note_layout(True)
+
+    def recheck_layout(self, db_name: str) -> Operation[None]:
+        """Read the recorded layout version again: another process may have upgraded it."""
+        key = schema.saver_key(self.layout.checkpoints)
+        found = yield from schema.read(key, self._where(db_name))
+        self.deltas.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -178,7 +235,7 @@ class CheckpointOperations:
                 command = schema.upgrade_command(db_name, self.layout)
                 raise schema.SchemaUpgradeRequired(
                     f"{where} needs its layout upgraded from version 1 to "
-                    f"{schema.SAVER_SCHEMA_VERSION}, which rewrites more than {upgrade_limit} "
+                    f"{schema.SAVER_SETUP_VERSION}, which rewrites more than {upgrade_limit} "
                     f"documents, too many for setup(): run `{command}` (or "
                     "saver.setup(upgrade_limit=None)) once, then start the application"
                 )
@@ -233,7 +290,7 @@ class CheckpointOperations:
             # Counters that understate the distance (metadata not written by LangGraph's
             # loop): walk again as far as LangGraph's bound.
             counted, docs = False, (yield from walk(MAX_DEPTH))
-        history = assemble(docs, channels, self.serde)
+        history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
         missing = missing_ancestor(docs, depth if counted else None)
         unseeded = [ch for ch in channels if "seed" not in history[ch]]
         if missing is None and counted and unseeded and not any(d.get("chain") for d in docs):
@@ -294,12 +351,15 @@ class CheckpointOperations:
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
         values = checkpoint["channel_values"]
-        parent_chains = yield from self._parent_chains(key, parent_id, values, new_versions)
+        versions = checkpoint["channel_versions"]
+        parent_chains = yield from self._parent_chains(
+            key, parent_id, values, versions, new_versions
+        )
         plan = self.deltas.plan(
             (thread_id, checkpoint_ns, checkpoint_id),
             parent_id,
             values,
-            checkpoint["channel_versions"],
+            versions,
             new_versions,
             self.serde,
             parent_chains,
@@ -311,37 +371,150 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
+        inserted: set[Any] = set()
         if blobs.requests:  # values first: a reader never sees a checkpoint without its values
-            yield from _write_values(BLOBS, BLOB_KEY, blobs)
+            result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
+            inserted = {blobs.heads[i] for i in result.upserted_ids or () if i in blobs.heads}
+            found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
+            if found:  # stored by an earlier attempt: the stored value is the truth
+                yield from self._adopt_stored(key, plan, values, found, inserted)
+                doc["values"] = values_entries(plan.chains)
+        write = UpdateOne(key, checkpoint_update(doc), upsert=True)
         if parent_id is None:
-            yield from update_one(CHECKPOINTS, key, {"$set": doc}, upsert=True)
+            yield from bulk_write(CHECKPOINTS, [write], ordered=True)
         else:
             # The checkpoint, then a probe of its parent: a parent deleted, or tombstoned
             # by maintenance about to delete it, takes the checkpoint back (``tombstones``).
-            write = UpdateOne(key, {"$set": doc}, upsert=True)
-            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id}, _now())
+            parent = tombstones.probe_parent({**key, "checkpoint_id": parent_id})
             result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
             if not tombstones.parent_found(result):
-                yield from self._take_back(key, parent_id, new_versions, values)
+                mine = 0 in (result.upserted_ids or ())  # this call inserted the checkpoint
+                yield from self._judge_parent(key, parent_id, doc, inserted, mine)
         self.deltas.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
-    def _take_back(
+    def _adopt_stored(
+        self,
+        key: Mapping[str, str],
+        plan: Plan,
+        values: Mapping[str, Any],
+        found: Mapping[str, Any],
+        inserted: set[Any],
+    ) -> Operation[None]:
+        """Name the stored chains of the values in ``found`` (channel: version), whose heads
+        existed before this call. A value other than the stored one is refused (unless
+        another checkpoint names that version), leaving the values this call ``inserted``
+        marked for maintenance."""
+        thread_id, checkpoint_ns = key["thread_id"], key["checkpoint_ns"]
+        loaded = yield from self._stored_values(thread_id, checkpoint_ns, found)
+        for channel, version in found.items():
+            try:
+                stored = loaded.value(thread_id, checkpoint_ns, channel, version)
+            except MissingValueError:
+                yield from _mark_values(inserted)
+                raise
+            chain = stored_chain(loaded.blobs, (thread_id, checkpoint_ns, channel, version))
+            assert chain is not None  # the value was rebuilt from it
+            if not same_value(self.serde, values[channel], stored) and not (
+                yield from self._named_elsewhere(key, channel, version)
+            ):
+                yield from _mark_values(inserted)
+                raise ConflictingValueError(thread_id, checkpoint_ns, channel, version)
+            plan.adopt(channel, chain)
+
+    def _named_elsewhere(
+        self, key: Mapping[str, str], channel: str, version: Any
+    ) -> Operation[bool]:
+        """Whether a checkpoint other than ``key`` names the value ``(channel, version)``:
+        then that version is the thread's history, which keeps its first value (the put
+        reuses a version rather than retrying a put)."""
+        query = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "checkpoint_id": {"$ne": key["checkpoint_id"]},
+            "values": {"$elemMatch": {"channel": channel, "version": version}},
+        }
+        found = yield from find(CHECKPOINTS, query, projection={"_id": 1}, limit=1)
+        return bool(found)
+
+    def _stored_values(
+        self, thread_id: str, checkpoint_ns: str, versions: Mapping[str, Any]
+    ) -> Operation[Loaded]:
+        """The stored documents of ``versions`` (channel: version) and of the list-delta bases
+        they are rebuilt from, read hop by hop: only retries and missing parents come here."""
+        docs: builtins.list[Document] = []
+        todo = {(thread_id, checkpoint_ns, ch, v) for ch, v in versions.items()}
+        asked: set[Any] = set()
+        while todo:
+            asked |= todo
+            found = yield from find(BLOBS, blob_keys_query(todo))
+            docs += found
+            bases = {(*key_of(d, BLOB_KEY)[:3], d["base"]) for d in found if _is_delta_head(d)}
+            todo = bases - asked
+        return Loaded(self.serde, docs, ())
+
+    def _judge_parent(
         self,
         key: Mapping[str, str],
         parent_id: str,
-        new_versions: ChannelVersions,
-        values: Mapping[str, Any],
+        doc: Mapping[str, Any],
+        inserted: set[Any],
+        mine: bool,
     ) -> Operation[None]:
-        """Delete a checkpoint whose parent is gone, leave the values it wrote marked for
-        maintenance (which keeps any a stored checkpoint names), raise ``StaleParentError``."""
-        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
-        yield from delete_many(CHECKPOINTS, key)
-        written: set[Any] = {
-            (thread_id, checkpoint_ns, ch, v) for ch, v in new_versions.items() if ch in values
+        """After a probe that missed the parent: accept a parent whose tombstone expired (on
+        the server's clock), or one never stored when every value the checkpoint names is
+        stored, unmarked, with the chain it names (and, unless this call inserted it, named
+        by another stored checkpoint), and no DeltaChannel replays history; otherwise take
+        the checkpoint back (``mine``: this call inserted it)."""
+        parent = {**key, "checkpoint_id": parent_id}
+        found = yield from find(CHECKPOINTS, parent, projection=_fields((DOOMED, DOOMED_AT)))
+        if found:
+            if not tombstones.is_live(found[0], (yield from server_now())):
+                return
+        elif not doc["replay"]:
+            named = needed_values([doc])
+            heads: builtins.list[Document] = []
+            if named:
+                query = {**blob_keys_query(named), "part": 0}
+                heads = yield from find(BLOBS, query, projection=_fields(HEAD_FIELDS))
+            if _chains_stored(heads, chains_of(doc["values"])) and (
+                yield from self._still_named(key, named - inserted, mine)
+            ):
+                return
+        yield from self._take_back(key, parent_id, inserted, mine)
+
+    def _still_named(
+        self, key: Mapping[str, str], borrowed: set[Any], mine: bool
+    ) -> Operation[bool]:
+        """Whether every value in ``borrowed`` (named by the checkpoint ``key``, not inserted
+        by this call) is named by a stored checkpoint other than one this call inserted
+        (``mine``): with its parent absent, a value no stored checkpoint names is one
+        ``delete_thread`` is about to delete."""
+        if not borrowed:
+            return True
+        query: dict[str, Any] = {
+            "thread_id": key["thread_id"],
+            "checkpoint_ns": key["checkpoint_ns"],
+            "$or": [
+                {"values": {"$elemMatch": {"channel": ch, "version": v}}}
+                for _, _, ch, v in sorted(borrowed, key=repr)
+            ],
         }
-        if written:
-            yield from update_many(BLOBS, blob_keys_query(written), {"$set": {DOOMED: True}})
+        if mine:
+            query["checkpoint_id"] = {"$ne": key["checkpoint_id"]}
+        found = yield from find(CHECKPOINTS, query, projection=SKELETON)
+        return borrowed <= needed_values(found)
+
+    def _take_back(
+        self, key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool
+    ) -> Operation[None]:
+        """Delete the checkpoint if this call inserted it (``mine``), leave the values it
+        inserted marked for maintenance (which keeps any a stored checkpoint names), raise
+        ``StaleParentError``."""
+        thread_id, checkpoint_ns, checkpoint_id = key_of(key)
+        if mine:
+            yield from delete_many(CHECKPOINTS, key)
+        yield from _mark_values(inserted)
         raise tombstones.StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
 
     def _parent_chains(
@@ -349,10 +522,13 @@ class CheckpointOperations:
         key: Mapping[str, str],
         parent_id: str | None,
         values: Mapping[str, Any],
+        versions: Mapping[str, Any],
         new_versions: ChannelVersions,
     ) -> Operation[dict[str, builtins.list[Any]] | None]:
-        """The chains the parent checkpoint names, when an unchanged list value needs them:
-        from memory when this instance read or wrote the parent, else from one ``find``."""
+        """The chains of unchanged list values: those the parent checkpoint names, from
+        memory when this instance read or wrote the parent, else from one ``find``; a
+        chain the parent does not name (a parent never stored, or gone) is read from the
+        stored values."""
         if parent_id is None or not self.deltas.needs_parent(values, new_versions):
             return None
         parent = (key["thread_id"], key["checkpoint_ns"], parent_id)
@@ -362,8 +538,23 @@ class CheckpointOperations:
             docs = yield from find(CHECKPOINTS, query, projection=SKELETON)
             for doc in docs:
                 self.deltas.remember(doc)
-            chains = self.deltas.known_chains(parent)
-        return chains
+            chains = self.deltas.known_chains(parent) or {}
+        unknown = {
+            ch: versions[ch]
+            for ch, v in values.items()
+            if ch not in new_versions
+            and is_list(v)
+            and ch in versions
+            and (chains.get(ch) or [None])[-1] != versions[ch]
+        }
+        if not unknown:
+            return chains
+        loaded = yield from self._stored_values(key["thread_id"], key["checkpoint_ns"], unknown)
+        stored = {
+            ch: stored_chain(loaded.blobs, (key["thread_id"], key["checkpoint_ns"], ch, v))
+            for ch, v in unknown.items()
+        }
+        return {**chains, **{ch: chain for ch, chain in stored.items() if chain}}
 
     def put_writes(
         self,
@@ -393,13 +584,22 @@ class CheckpointOperations:
         self,
         checkpoints: Mapping[str, Any],
         writes: Mapping[str, Any],
-        blobs: Mapping[str, Any] | None,
-    ) -> Operation[None]:
+        blobs: Mapping[str, Any],
+    ) -> Operation[Deleted]:
+        deleted = Deleted()
         # Checkpoints go first so a reader never sees one whose values are gone.
-        yield from delete_many(CHECKPOINTS, checkpoints)
-        yield from delete_many(WRITES, writes)
-        if blobs is not None:
-            yield from delete_many(BLOBS, blobs)
+        for collection, query in ((CHECKPOINTS, checkpoints), (WRITES, writes), (BLOBS, blobs)):
+            deleted.add(collection, (yield from delete_many(collection, query)).deleted_count)
+        return deleted
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
+        """Delete the threads whole (``prune`` strategy ``delete``); what was deleted."""
+        ids = coerce_ids(thread_ids, "thread_ids")
+        self.deltas.forget(ids)
+        threads = {"thread_id": {"$in": sorted(ids)}}
+        deleted = yield from self._delete(threads, threads, threads)
+        deleted.threads = sorted(set(ids))
+        return deleted
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
         ids = coerce_ids(run_ids, "run_ids")
@@ -421,6 +621,7 @@ class CheckpointOperations:
         target = coerce_id(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
+        yield from self.check_copy_target(source, target)
         # The checkpoints as they are now, then their values and writes, then those
         # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
         # may have been missed) is not copied.
@@ -431,6 +632,16 @@ class CheckpointOperations:
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
             yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+
+    def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
+        """Raise ``ThreadExistsError`` when the target has checkpoints of its own: copying
+        would merge two histories. Checkpoints an earlier (maybe cut) copy of the same
+        source wrote do not count, so the same copy again is harmless."""
+        source = coerce_id(source_thread_id, "source_thread_id")
+        target = coerce_id(target_thread_id, "target_thread_id")
+        own = {"thread_id": target, COPIED_FROM: {"$ne": source}}
+        if (yield from find(CHECKPOINTS, own, projection={"_id": 1}, limit=1)):
+            raise ThreadExistsError(target)
 
     def backfill_join_keys(self) -> Operation[int]:
         """Add the ``join`` key to value and write documents stored before it existed."""
@@ -456,11 +667,10 @@ class CheckpointOperations:
             raise ValueError(f"prune strategy must be one of {PRUNE_STRATEGIES}, got {strategy!r}")
         if not ids:
             return
-        self.deltas.forget(ids)
         if strategy in ("delete", "delete_all"):
-            threads = {"thread_id": {"$in": ids}}
-            yield from self._delete(threads, threads, threads)
+            yield from self.delete_threads(ids)
             return
+        self.deltas.forget(ids)
         _, doomed = yield from self.prune_plan(ids)
         yield from self._delete_checkpoints(ids, doomed)
 
@@ -478,24 +688,53 @@ class CheckpointOperations:
         keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
         return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
-    def sweep_expired(self, ttl: float) -> Operation[builtins.list[str]]:
-        now = _now()
+    def sweep_expired(self, ttl: float, batch: int = SWEEP_BATCH) -> Operation[builtins.list[str]]:
+        """Delete every thread idle for longer than ``ttl`` seconds by the server's clock,
+        ``batch`` threads at a time; return their ids."""
+        now = yield from server_now()
         cutoff = now - timedelta(seconds=ttl)
         docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
-        expired = sorted(doc["_id"] for doc in docs)
-        if expired:
-            # Tombstones first, then a look for checkpoints stored since the cutoff: a put
-            # that came first makes its thread active again; one that comes later finds
-            # its parent tombstoned and takes its checkpoint back (``tombstones``).
-            token = ObjectId()
-            threads_query = {"thread_id": {"$in": expired}}
-            yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
-            recent = {**threads_query, "created_at": {"$gte": cutoff}}
+        deleted = yield from self.delete_idle(sorted(doc["_id"] for doc in docs), cutoff, batch)
+        return deleted.threads
+
+    def delete_idle(
+        self, thread_ids: Sequence[str], cutoff: datetime, batch: int = SWEEP_BATCH
+    ) -> Operation[Deleted]:
+        """Delete the threads of ``thread_ids`` that have no checkpoint stored since
+        ``cutoff`` (a time of the server's clock), ``batch`` threads at a time.
+
+        The ids may have been chosen long before (a confirmation prompt in between): each
+        thread is judged again, after its tombstones, so a thread that became active is
+        spared.
+        """
+        ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
+        deleted = Deleted()
+        for start in range(0, len(ids), batch):
+            yield from self._expire(ids[start : start + batch], cutoff, deleted)
+        if not ids:  # it finishes a sweep (or prune) cut after its delete
+            now = yield from server_now()
+            yield from self._delete_unneeded([], now, deleted)
+        return deleted
+
+    def _expire(
+        self, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
+    ) -> Operation[None]:
+        """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``."""
+        now = yield from server_now()
+        # Tombstones first, then a look for checkpoints stored since the cutoff: a put
+        # that came first makes its thread active again; one that comes later finds its
+        # parent tombstoned and takes its checkpoint back (``tombstones``).
+        token = ObjectId()
+        threads_query = {"thread_id": {"$in": list(thread_ids)}}
+        yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
+        recent = {**threads_query, "created_at": {"$gte": cutoff}}
+        active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
+        if (yield from self._lease_renewed(threads_query, token, now)):
             active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-            if active:
-                spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
-                yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
-                expired = [t for t in expired if t not in active]
+        if active:
+            spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
+            yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
+        expired = [t for t in thread_ids if t not in active]
         self.deltas.forget(expired)
         if expired:
             # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
@@ -503,10 +742,23 @@ class CheckpointOperations:
             mark = {"$set": {DOOMED: True}}
             yield from update_many(WRITES, threads_query, mark)
             yield from update_many(BLOBS, threads_query, mark)
-            yield from delete_many(CHECKPOINTS, threads_query)
-        # Also when nothing expired: it finishes a sweep (or prune) cut after its delete.
-        yield from self._delete_unneeded(expired)
-        return expired
+            result = yield from delete_many(CHECKPOINTS, threads_query)
+            deleted.add(CHECKPOINTS, result.deleted_count)
+            deleted.threads.extend(expired)
+        yield from self._delete_unneeded(expired, now, deleted)
+
+    def _lease_renewed(
+        self, query: Mapping[str, Any], token: ObjectId, since: datetime
+    ) -> Operation[bool]:
+        """Renew this call's tombstones (set at ``since``, server time) when more than half
+        their lease has passed by the server's clock: a put meanwhile may have seen them
+        expired, so the caller reads the threads again (``True``)."""
+        now = yield from server_now()
+        if now - since <= tombstones.TOMBSTONE_LEASE / 2:
+            return False
+        renew = {"$set": {tombstones.DOOMED_AT: now}}
+        yield from update_many(CHECKPOINTS, {**query, DOOMED: token}, renew)
+        return True
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
@@ -519,8 +771,10 @@ class CheckpointOperations:
 
         Each step is safe to cut and retry:
 
-        1. tombstone the doomed checkpoints (chosen from an earlier read), then read the
-           threads' checkpoints again: one stored since is a survivor, and the doomed ones
+        1. tombstone the doomed checkpoints (chosen from an earlier read) at the server's
+           time, then read the threads' checkpoints again (and once more after renewing
+           the tombstones when half their lease has passed: ``_lease_renewed``): one
+           stored since is a survivor, and the doomed ones
            it (or any survivor) rebuilds DeltaChannels from are spared. A put that comes after
            the tombstones finds its parent tombstoned and takes its checkpoint back
            (``tombstones``), so no checkpoint is stored on a parent about to go;
@@ -532,11 +786,14 @@ class CheckpointOperations:
            finishes any earlier call that was cut).
         """
         planned = {key_of(s) for s in doomed}
+        now = yield from server_now()
         if planned:
             token = ObjectId()
-            update = tombstones.tombstone(token, _now())
+            update = tombstones.tombstone(token, now)
             yield from update_many(CHECKPOINTS, keys_query(planned), update)
             stored = yield from self._skeletons(thread_ids)
+            if (yield from self._lease_renewed(keys_query(planned), token, now)):
+                stored = yield from self._skeletons(thread_ids)
             alive = [s for s in stored if key_of(s) not in planned]
             spared = planned & needed_ancestors(stored, alive)
             if spared:
@@ -552,16 +809,19 @@ class CheckpointOperations:
                 if unused:
                     yield from update_many(BLOBS, blob_keys_query(unused), mark)
                 yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids)
+        yield from self._delete_unneeded(thread_ids, now, Deleted())
 
-    def _delete_unneeded(self, thread_ids: Iterable[str]) -> Operation[None]:
+    def _delete_unneeded(
+        self, thread_ids: Iterable[str], now: datetime, deleted: Deleted
+    ) -> Operation[None]:
         """Delete the writes and values that no checkpoint needs, read now: the marked ones
         (of this call, or of an earlier call that was cut, in any thread) and, in
-        ``thread_ids``, those older than ``STRAY_AGE`` (a ``put`` or ``put_writes`` cut
-        and never retried). Parts of such documents go too, and so do old parts that
-        their head does not join (``payload.stray_parts``)."""
+        ``thread_ids``, those older than ``STRAY_AGE`` at ``now`` (the server's time; a
+        ``put`` or ``put_writes`` cut and never retried), counted into ``deleted``. Parts
+        of such documents go too, and so do old parts that their head does not join
+        (``payload.stray_parts``)."""
         threads = set(thread_ids)
-        cutoff = ObjectId.from_datetime(_now() - STRAY_AGE)
+        cutoff = ObjectId.from_datetime(now - STRAY_AGE)
         # The threads' documents by the key index; their age is judged here, by ``_id``.
         query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
         found: dict[str, builtins.list[Document]] = {}
@@ -590,9 +850,9 @@ class CheckpointOperations:
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                yield from delete_many(
-                    collection, {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
-                )
+                chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                result = yield from delete_many(collection, chosen)
+                deleted.add(collection, result.deleted_count)
 
 
 def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
@@ -604,17 +864,44 @@ def _fields(names: Iterable[str]) -> dict[str, int]:
     return {name: 1 for name in names}
 
 
+HEAD_FIELDS = (*BLOB_KEY, "base", DOOMED)
+
+
+def _is_delta_head(doc: Mapping[str, Any]) -> bool:
+    return doc.get("part", 0) == 0 and "base" in doc
+
+
+def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether every version ``chains`` name has a stored, unmarked head (``heads``) whose
+    base is the version before it in its chain (none for the first)."""
+    by_key = {(h["channel"], h["version"]): h for h in heads}
+    for channel, chain in chains.items():
+        for position, version in enumerate(chain):
+            head = by_key.get((channel, version))
+            if head is None or head.get(DOOMED):
+                return False
+            if head.get("base") != (chain[position - 1] if position else None):
+                return False
+    return True
+
+
+def _mark_values(keys: set[Any]) -> Operation[None]:
+    """Mark the values of exact ``(thread, ns, channel, version)`` keys for maintenance."""
+    if keys:
+        yield from update_many(BLOBS, blob_keys_query(keys), {"$set": {DOOMED: True}})
+
+
 def _write_values(
     collection: str, key_fields: tuple[str, ...], writes: ValueWrites
-) -> Operation[None]:
+) -> Operation[BulkWriteResult]:
     """Write values in one ordered bulk write, so each head lands after its parts.
 
     Values in several parts then cost one ``find`` of their part ids, and parts left by a
     cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
     """
-    yield from bulk_write(collection, writes.requests, ordered=True)
+    result = yield from bulk_write(collection, writes.requests, ordered=True)
     if not writes.multipart:
-        return
+        return result
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
     docs = yield from find(collection, query, projection=projection)
@@ -622,6 +909,7 @@ def _write_values(
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
+    return result
 
 
 def _now() -> datetime:
@@ -642,6 +930,8 @@ def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Doc
     if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
         dropped |= {tombstones.DOOMED, tombstones.DOOMED_AT}
     doc = {k: v for k, v in doc.items() if k not in dropped}
+    if collection == CHECKPOINTS:
+        doc[COPIED_FROM] = doc["thread_id"]
     doc["thread_id"] = target
     if collection == BLOBS:
         doc["join"] = blob_join(*key_of(doc, BLOB_KEY))

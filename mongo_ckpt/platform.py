@@ -12,9 +12,11 @@ sweeper runs while the context is open. Variables (see docs/platform.md):
 - ``MONGODB_URI`` (else ``LS_MONGODB_URI``): the connection string (required).
 - ``MONGO_CKPT_DB``: database name (default ``checkpointing_db``).
 - ``MONGO_CKPT_CHECKPOINTS_COLLECTION`` / ``MONGO_CKPT_WRITES_COLLECTION`` /
-  ``MONGO_CKPT_BLOBS_COLLECTION``: the saver's collections.
+  ``MONGO_CKPT_BLOBS_COLLECTION``: the saver's collections (three names of their own,
+  none ``mongo_ckpt_schema``, else ``CollectionNameClash`` naming the variables).
 - ``MONGO_CKPT_TTL_SECONDS``: the saver's thread ttl (seconds of inactivity).
-- ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``).
+- ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``; not one of
+  the saver's).
 - ``MONGO_CKPT_STORE_TTL_MINUTES``: the store's ``default_ttl`` (minutes).
 - ``MONGO_CKPT_STORE_SWEEP_MINUTES``: minutes between TTL sweeps (default 5).
 - ``MONGO_CKPT_STORE_REFRESH_ON_READ``: ``true``/``false`` (default ``true``).
@@ -34,8 +36,26 @@ from langgraph.store.base import IndexConfig, TTLConfig
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.layout import (
+    ARGUMENTS,
+    BLOBS,
+    CHECKPOINTS,
+    STORE,
+    WRITES,
+    Layout,
+    check_names,
+)
 
 __all__ = ["checkpointer", "store"]
+
+
+# The variable that names each collection (what a CollectionNameClash tells to change).
+VARIABLES = {
+    CHECKPOINTS: "MONGO_CKPT_CHECKPOINTS_COLLECTION",
+    BLOBS: "MONGO_CKPT_BLOBS_COLLECTION",
+    WRITES: "MONGO_CKPT_WRITES_COLLECTION",
+    STORE: "MONGO_CKPT_STORE_COLLECTION",
+}
 
 
 class ConfigurationError(RuntimeError):
@@ -65,16 +85,20 @@ def _number(env: Mapping[str, str], name: str) -> float | None:
     return value
 
 
+def _collections(env: Mapping[str, str]) -> dict[str, str]:
+    """The saver's collection names by logical name, as the environment sets them."""
+    defaults = Layout().by_logical()
+    return {logical: env.get(VARIABLES[logical]) or defaults[logical] for logical in defaults}
+
+
 def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
-    """The ``AsyncMongoDBSaver`` arguments the environment sets."""
+    """The ``AsyncMongoDBSaver`` arguments the environment sets; ``CollectionNameClash``
+    (naming the variables) when two collections would share a name."""
+    check_names(_collections(env), VARIABLES)
     kwargs: dict[str, Any] = {"db_name": env.get("MONGO_CKPT_DB") or DEFAULT_DB_NAME}
-    for var, arg in (
-        ("MONGO_CKPT_CHECKPOINTS_COLLECTION", "checkpoint_collection_name"),
-        ("MONGO_CKPT_WRITES_COLLECTION", "writes_collection_name"),
-        ("MONGO_CKPT_BLOBS_COLLECTION", "blobs_collection_name"),
-    ):
-        if env.get(var):
-            kwargs[arg] = env[var]
+    for logical, arg in ARGUMENTS.items():
+        if env.get(VARIABLES[logical]):
+            kwargs[arg] = env[VARIABLES[logical]]
     ttl = _number(env, "MONGO_CKPT_TTL_SECONDS")
     if ttl is not None:
         kwargs["ttl"] = ttl
@@ -82,10 +106,13 @@ def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
-    """The ``AsyncMongoDBStore`` arguments the environment sets."""
+    """The ``AsyncMongoDBStore`` arguments the environment sets; ``CollectionNameClash``
+    when the store's collection is one of the checkpointer's."""
+    collection = env.get(VARIABLES[STORE]) or "store"
+    check_names({**_collections(env), STORE: collection}, VARIABLES)
     kwargs: dict[str, Any] = {
         "db_name": env.get("MONGO_CKPT_DB") or DEFAULT_DB_NAME,
-        "collection_name": env.get("MONGO_CKPT_STORE_COLLECTION") or "store",
+        "collection_name": collection,
     }
     ttl: TTLConfig = {}
     default_ttl = _number(env, "MONGO_CKPT_STORE_TTL_MINUTES")

@@ -6,10 +6,17 @@ collection) has one document in ``SCHEMA_COLLECTION`` of its database::
     {"_id": "saver:checkpoints", "version": 2, "collections": {...}, "updated_at": ...}
 
 ``setup()`` reads it first. At the current version nothing else runs (one round
-trip). An older version is upgraded in place, step by step, unless a step would
-touch more than ``upgrade_limit`` documents: then ``SchemaUpgradeRequired`` names
-the command that does it. A newer version raises ``SchemaTooNewError`` before any
-data is read or written. Versions only go up (``$max``).
+trip). An older version is upgraded in place, step by step, up to
+``SAVER_SETUP_VERSION``, unless a step would touch more than ``upgrade_limit``
+documents: then ``SchemaUpgradeRequired`` names the command that does it. A newer
+version raises ``SchemaTooNewError`` before any data is read or written. Versions
+only go up (``$max``).
+
+A version that changes what readers must understand (4: list deltas) is recorded by
+``setup()`` only on a new, empty database. On existing data only the explicit upgrade
+step records it (``saver.upgrade()``, ``mongo-ckpt upgrade``), run once every process
+runs a release that reads it; until then the saver writes what version 3 reads. Once
+it is recorded, earlier releases refuse the data at setup (``SchemaTooNewError``).
 
 Saver versions:
   1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
@@ -33,11 +40,16 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mongo_ckpt.calls import Operation, find_one, update_one
+from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
+from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 from mongo_ckpt.layout import Layout
 
-SCHEMA_COLLECTION = "mongo_ckpt_schema"
-SCHEMA = "schema"  # logical name of the collection in ``saver.collections``/``store.collections``
 SAVER_SCHEMA_VERSION = 4
+# The highest saver version ``setup()`` raises existing data to by itself: a release
+# that reads version 3 may still be running beside this one and would misread a list delta.
+SAVER_SETUP_VERSION = 3
+# The recorded saver version from which list deltas may be written.
+LIST_DELTAS_VERSION = 4
 STORE_SCHEMA_VERSION = 2
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
@@ -95,10 +107,12 @@ def read(key: str, where: str) -> Operation[int | None]:
     return found
 
 
-def record(key: str, collections: Mapping[str, str]) -> Operation[None]:
-    """Record the current version of ``key`` (never lowering a newer one)."""
+def record(
+    key: str, collections: Mapping[str, str], version: int | None = None
+) -> Operation[None]:
+    """Record ``version`` (default: the current one) of ``key``, never lowering a newer one."""
     update = {
-        "$max": {"version": SCHEMA_VERSION[_kind(key)]},
+        "$max": {"version": SCHEMA_VERSION[_kind(key)] if version is None else version},
         "$set": {
             "collections": dict(collections),
             "written_by": f"mongo-ckpt {library_version()}",

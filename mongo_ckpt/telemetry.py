@@ -8,6 +8,12 @@ no ``OperationTracer`` and runs its operations unwrapped.
 A traced operation sits between the driver and the operation generator: it passes
 each step on, sends each result back and throws each failed call's error back in,
 counting calls and BSON bytes on the way.
+
+A failed operation's span carries the error's message and traceback, which may name
+threads and store namespaces (``MissingValueError``, ``StaleParentError``, a server's
+duplicate-key report...). With ``identifiers="hash"`` or ``"omit"`` every thread id and
+namespace the operation or the error names is replaced there as in the attributes (by its
+hash, or by ``<omitted>``), and every MongoDB URI loses its credentials.
 """
 
 from __future__ import annotations
@@ -15,8 +21,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import re
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
@@ -24,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 import bson
 
 from mongo_ckpt.calls import Call, NextBatch, Operation
+from mongo_ckpt.redaction import redacted
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -33,6 +43,7 @@ Identifiers = Literal["plain", "hash", "omit"]
 IDENTIFIERS_ENV = "MONGO_CKPT_OTEL_IDENTIFIERS"
 HASH_KEY_ENV = "MONGO_CKPT_OTEL_HASH_KEY"
 HASH_DIGITS = 16
+OMITTED = "<omitted>"
 _WRITE_METHODS = ("bulk_write", "update_one")
 
 
@@ -117,6 +128,33 @@ class OperationTracer:
             return digest.hexdigest()[:HASH_DIGITS]
         return str(value)
 
+    def scrubbed(
+        self, text: str, thread_ids: Iterable[Any], namespaces: Iterable[Sequence[str]]
+    ) -> str:
+        """``text`` (an error message, a traceback) without credentials and, unless
+        identifiers are ``"plain"``, with each of ``thread_ids`` and ``namespaces`` (as
+        written, quoted, escaped, joined or label by label) replaced as spans show them."""
+        text = redacted(text)
+        if self._tracing.identifiers == "plain":
+            return text
+        shown: dict[str, str] = {}
+        for namespace in namespaces:
+            labels = [str(label) for label in namespace]
+            whole = self.identifier(".".join(labels)) or OMITTED
+            for form in (repr(tuple(labels)), repr(labels), json.dumps(labels), ".".join(labels)):
+                shown[form] = whole
+            for label in labels:
+                shown.update(dict.fromkeys(_forms(label), self.identifier(label) or OMITTED))
+        for thread_id in thread_ids:
+            replacement = self.identifier(thread_id) or OMITTED
+            shown.update(dict.fromkeys(_forms(str(thread_id)), replacement))
+        shown.pop("", None)
+        if not shown:
+            return text
+        # One pass, longest first: a replacement is never searched again.
+        pattern = re.compile("|".join(map(re.escape, sorted(shown, key=len, reverse=True))))
+        return pattern.sub(lambda match: shown[match.group()], text)
+
     def traced(
         self,
         name: str,
@@ -125,8 +163,12 @@ class OperationTracer:
         thread_id: Any = None,
         checkpoint_ns: Any = None,
         namespaces: Iterable[Sequence[str]] = (),
+        thread_ids: Iterable[Any] = (),
     ) -> Operation[T]:
-        """``operation`` in a span named ``name`` (started when the driver starts it)."""
+        """``operation`` in a span named ``name`` (started when the driver starts it).
+
+        ``thread_ids``: further threads the operation names (a copy's target, a prune's
+        threads), which its error messages may quote."""
         attributes: dict[str, Any] = {
             "db.system.name": "mongodb",
             "db.namespace": self._db_name,
@@ -136,13 +178,23 @@ class OperationTracer:
             attributes["mongo_ckpt.thread_id"] = shown
         if checkpoint_ns is not None:
             attributes["mongo_ckpt.checkpoint_ns"] = str(checkpoint_ns)
+        namespaces = [tuple(namespace) for namespace in namespaces]
         labels = {self.identifier(".".join(namespace)) for namespace in namespaces} - {None}
         if labels:
             attributes["mongo_ckpt.store.namespaces"] = sorted(str(label) for label in labels)
-        return self._spanned(name, attributes, operation)
+        named = [t for t in (thread_id, *thread_ids) if t is not None]
+
+        def scrub(text: str, error: BaseException) -> str:
+            return self.scrubbed(text, [*named, *_threads_named(error)], namespaces)
+
+        return self._spanned(name, attributes, operation, scrub)
 
     def _spanned(
-        self, name: str, attributes: dict[str, Any], operation: Operation[T]
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        operation: Operation[T],
+        scrub: Callable[[str, BaseException], str],
     ) -> Operation[T]:
         from opentelemetry.trace import SpanKind
 
@@ -164,7 +216,7 @@ class OperationTracer:
                 else:
                     counts.received(step, result)
         except Exception as exc:
-            _failed(span, exc)
+            _failed(span, exc, scrub)
             raise
         finally:
             operation.close()  # an abandoned iteration (GeneratorExit) closes the operation
@@ -218,9 +270,51 @@ def _size(document: Any) -> int:
     return 0
 
 
-def _failed(span: Span, error: Exception) -> None:
+def _forms(identifier: str) -> list[str]:
+    """How a message may write ``identifier``: as is, escaped by ``repr``, by JSON."""
+    return [identifier, repr(identifier)[1:-1], json.dumps(identifier)[1:-1]]
+
+
+def _threads_named(error: BaseException) -> list[str]:
+    """Thread ids carried by ``error`` and the errors it was raised from: the library's
+    errors' ``thread_id``, the ``keyValue`` of a server's duplicate-key report."""
+    found: list[str] = []
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        thread_id = getattr(current, "thread_id", None)
+        if thread_id is not None:
+            found.append(str(thread_id))
+        details = getattr(current, "details", None)
+        reports = [details] if isinstance(details, Mapping) else []
+        for report in list(reports):
+            reports += [e for e in report.get("writeErrors") or () if isinstance(e, Mapping)]
+        for report in reports:
+            key = report.get("keyValue")
+            if isinstance(key, Mapping) and key.get("thread_id") is not None:
+                found.append(str(key["thread_id"]))
+        pending += [current.__cause__, current.__context__]
+    return found
+
+
+def _failed(span: Span, error: Exception, scrub: Callable[[str, BaseException], str]) -> None:
+    """Mark ``span`` failed with ``error``: the ``exception`` event (as the SDK's
+    ``record_exception`` writes it) and the status, their text passed through ``scrub``."""
     from opentelemetry.trace import Status, StatusCode
 
-    span.record_exception(error)
+    stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    span.add_event(
+        "exception",
+        {
+            "exception.type": type(error).__name__,
+            "exception.message": scrub(str(error), error),
+            "exception.stacktrace": scrub(stacktrace, error),
+            "exception.escaped": "False",
+        },
+    )
     span.set_attribute("error.type", f"{type(error).__module__}.{type(error).__qualname__}")
-    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    span.set_status(Status(StatusCode.ERROR, scrub(f"{type(error).__name__}: {error}", error)))

@@ -8,8 +8,10 @@ moment. Each side writes first and reads second, on the parent's own document, s
 least one of them sees the other:
 
 - a ``put`` writes its checkpoint and, in the same ordered bulk write, probes its parent:
-  the probe matches only a parent that is stored and carries no live tombstone. No match,
-  and the put takes its checkpoint back and raises ``StaleParentError``;
+  the probe matches only a parent that is stored and carries no tombstone. No match, and
+  the put reads the parent: one with a live tombstone (judged on the server's clock), or
+  one that is gone while a value the checkpoint shares is gone or marked, takes the
+  checkpoint back and raises ``StaleParentError``; a parent never stored is accepted;
 - maintenance sets a tombstone (``doomed``, ``doomed_at``) on each checkpoint it means to
   delete, then reads the thread's checkpoints again: one stored meanwhile is a survivor,
   so the values and the ancestry it needs stay (its parent among them).
@@ -27,6 +29,8 @@ from typing import Any
 from bson import ObjectId
 from pymongo import UpdateOne
 from pymongo.results import BulkWriteResult
+
+from mongo_ckpt.clock import aware
 
 DOOMED, DOOMED_AT = "doomed", "doomed_at"
 PROBE = "probe"  # a field no document has: unsetting it counts a match, changes nothing
@@ -50,16 +54,28 @@ class StaleParentError(LookupError):
         self.checkpoint_id, self.parent = checkpoint_id, parent
 
 
-def probe_parent(parent: Mapping[str, Any], now: datetime) -> UpdateOne:
-    """Matches the parent checkpoint (key ``parent``) if it carries no live tombstone."""
-    live = {"$or": [{DOOMED: {"$exists": False}}, {DOOMED_AT: {"$lte": now - TOMBSTONE_LEASE}}]}
-    return UpdateOne({**parent, **live}, {"$unset": {PROBE: ""}})
+def probe_parent(parent: Mapping[str, Any]) -> UpdateOne:
+    """Matches the parent checkpoint (key ``parent``) if it carries no tombstone at all.
+
+    No clock here: whether a tombstone it misses on is still live is judged afterwards, on
+    the server's clock (``is_live``).
+    """
+    return UpdateOne({**parent, DOOMED: {"$exists": False}}, {"$unset": {PROBE: ""}})
 
 
 def parent_found(result: BulkWriteResult) -> bool:
     """Whether ``[checkpoint upsert, probe_parent]`` matched the parent."""
-    api = result.bulk_api_result
-    return int(api["nMatched"]) - (1 - int(api["nUpserted"])) > 0
+    inserted = 0 in (result.upserted_ids or ())
+    return int(result.bulk_api_result["nMatched"]) - (0 if inserted else 1) > 0
+
+
+def is_live(doc: Mapping[str, Any], now: datetime) -> bool:
+    """Whether checkpoint ``doc`` carries a tombstone younger than ``TOMBSTONE_LEASE`` at
+    the server's time ``now`` (an expired one counts as none)."""
+    if DOOMED not in doc:
+        return False
+    doomed_at = doc.get(DOOMED_AT)
+    return not isinstance(doomed_at, datetime) or aware(doomed_at) > now - TOMBSTONE_LEASE
 
 
 def tombstone(token: ObjectId, now: datetime) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing_extensions import Self
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.layout import check_names
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
 from mongo_ckpt.store.operations import STORE, Plan, StoreOperations
@@ -81,6 +82,7 @@ class MongoStoreBase(BaseStore):
             db_name = client.database.name
             client = client.database.client
         adopt_client(self, client)
+        check_names({STORE: collection_name}, {STORE: "collection_name"})
         index = index if index is not None else index_config
         ttl = ttl if ttl is not None else ttl_config
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
@@ -167,9 +169,11 @@ class MongoStoreBase(BaseStore):
 
     def setup(self) -> None:
         """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
-        on new collections create the indexes and record the version (on a collection of
-        layout version 1 also build the namespace registry); where Atlas Vector
-        Search exists, create the vector index (idempotent; also done on first use).
+        on new collections refuse another layout (``ForeignCollectionError``: the
+        checkpointer's, langgraph-store-mongodb's; nothing written), then create the indexes
+        and record the version (on a collection of layout version 1 also build the namespace
+        registry); where Atlas Vector Search exists, create the vector index (idempotent;
+        also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
         self._run(self._setup_once())

@@ -47,10 +47,13 @@ from mongo_ckpt.calls import (
     delete_many,
     find,
     find_cursor,
+    find_one,
+    index_information,
     next_batch,
 )
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
-from mongo_ckpt.store import documents, reading, registry
+from mongo_ckpt.schema import SCHEMA
+from mongo_ckpt.store import documents, layouts, reading, registry
 from mongo_ckpt.store.filters import matches, value_clauses
 from mongo_ckpt.store.namespaces import (
     ItemKey,
@@ -126,13 +129,15 @@ class StoreOperations:
     # -- setup ----------------------------------------------------------------
 
     def setup(self, db_name: str, collection_name: str) -> Operation[None]:
-        """The layout version check (one round trip when current; on new collections the
-        indexes, then the version recorded) and, unless known already, the vector index
-        where Atlas has one."""
+        """The layout version check (one round trip when current; on new collections a
+        look for another layout, refused with ``ForeignCollectionError``, then the indexes
+        and the version recorded) and, unless known already, the vector index where Atlas
+        has one."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         found = yield from schema.read(key, where)
         if found != schema.STORE_SCHEMA_VERSION:
+            yield from self._refuse_foreign(db_name, collection_name)
             yield from create_indexes(STORE, [*documents.index_models(), *registry.index_models()])
             if found is not None:  # items of layout version 1: list their namespaces
                 yield from self.build_registry()
@@ -143,6 +148,15 @@ class StoreOperations:
             except SEARCH_UNAVAILABLE as exc:
                 logger.info("no Atlas Vector Search on this server (%s): exact vector search", exc)
                 self.vector_search = False
+
+    def _refuse_foreign(self, db_name: str, collection_name: str) -> Operation[None]:
+        """Raise ``ForeignCollectionError`` when the collection holds another layout."""
+        saver = yield from find_one(SCHEMA, layouts.saver_query(collection_name))
+        sample = yield from find_one(STORE, {})
+        indexes = yield from index_information(STORE)
+        found = layouts.foreign_layout(collection_name, saver, sample, indexes)
+        if found is not None:
+            raise layouts.refusal(db_name, collection_name, found)
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""

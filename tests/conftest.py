@@ -78,10 +78,38 @@ def pytest_addoption(parser: Any) -> None:
     )
 
 
+# The default tier runs each backend-parametrized test on this diagonal: both backends,
+# both modes. The other driver combinations (Motor, sync on servers, async on mock) run
+# in the exhaustive tier; tests marked every_driver (tests/test_driver_contract.py) run on
+# every target by default.
+DEFAULT_TARGETS = {"mock-sync", "wire-async", "mongodb-async"}
+
+
+def _in_default_tier(item: Any) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "every_driver" in item.keywords:
+        return True
+    mock_only = "mock_by_default" in item.keywords
+    for value in params.values():
+        if isinstance(value, Target):
+            if value.id not in DEFAULT_TARGETS or (mock_only and value.backend != "mock"):
+                return False
+        elif isinstance(value, tuple) and len(value) == 2 and value[0] in backends.BACKENDS:
+            backend, driver = value
+            if driver == "motor" or (mock_only and backend != "mock"):
+                return False
+    return True
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
     long = pytest.mark.skip(reason="exhaustive tier: runs with --full (as .ci/run does)")
     full = config.getoption("--full")
+    if not full:
+        kept = [item for item in items if _in_default_tier(item)]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
     for item in items:
         if "mongodb" in item.keywords and not MONGODB_URI:
             item.add_marker(skip)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import bson
+import click
 import pytest
 from click.testing import CliRunner, Result
 from langchain_core.messages import HumanMessage
@@ -412,6 +413,66 @@ def test_delete_selects_idle_threads(fresh: Written) -> None:
     assert both.exit_code == 2 and "not both" in both.output
 
 
+def test_delete_idle_spares_a_thread_active_since_the_selection(
+    fresh: Written, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = datetime.now(timezone.utc) - timedelta(days=3)
+    checkpoints = fresh.client[fresh.db]["checkpoints"]
+    checkpoints.update_many(
+        {"thread_id": {"$in": ["booking", "article"]}}, {"$set": {"created_at": old}}
+    )
+    article = {
+        name: fresh.client[fresh.db][name].count_documents({"thread_id": "article"})
+        for name in COLLECTIONS
+    }
+    booking = fresh.count("booking")
+
+    def resumed_while_asking(*args: Any, **kwargs: Any) -> bool:
+        resume_booking(fresh.graphs["booking"])  # the user comes back during the prompt
+        return True
+
+    monkeypatch.setattr(click, "confirm", resumed_while_asking)
+    report = fresh.json("delete", "--idle-days", "2")
+    assert report["threads"] == ["article"] and report["spared"] == ["booking"]
+    assert report["documents"] == {
+        "checkpoints": article["checkpoints"],
+        "values": article["checkpoint_blobs"],
+        "writes": article["checkpoint_writes"],
+    }
+    assert fresh.count("article") == 0
+    assert fresh.count("booking") > booking  # its history whole, and the resumed run
+    state = fresh.graphs["booking"].get_state(thread("booking")).values
+    assert state["outcome"] == "booked"
+    human = fresh.invoke("delete", "--idle-days", "2", "--yes")
+    assert human.exit_code == 0, human.output
+    assert "delete: 0 threads" in human.output
+
+
+def test_delete_reports_what_it_deleted(fresh: Written, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = fresh.stored("chat-bob")[0]
+
+    def written_while_asking(*args: Any, **kwargs: Any) -> bool:
+        fresh.graphs["chat-bob"].invoke(
+            {"messages": [HumanMessage("Still there?")]}, thread("chat-bob")
+        )
+        return True
+
+    monkeypatch.setattr(click, "confirm", written_while_asking)
+    report = fresh.json("delete", "chat-bob")
+    assert sum(report["documents"].values()) > before  # the turn written during the prompt too
+    assert fresh.stored("chat-bob") == (0, 0)
+
+
+def test_copy_refuses_a_target_with_checkpoints(fresh: Written) -> None:
+    before = {t: fresh.stored(t) for t in ("chat-ada", "chat-bob")}
+    for args in (("--yes",), ("--dry-run",)):
+        result = fresh.invoke("copy", "chat-ada", "chat-bob", *args)
+        assert result.exit_code == 1, result.output
+        assert "Error: thread 'chat-bob' already has checkpoints" in result.output
+        assert "delete it first" in result.output and "Traceback" not in result.output
+    assert {t: fresh.stored(t) for t in before} == before
+
+
 def test_copy_makes_a_thread_the_graph_can_continue(fresh: Written) -> None:
     assert fresh.json("copy", "chat-ada", "chat-eve", "--dry-run")["documents"]["checkpoints"] == 9
     assert fresh.count("chat-eve") == 0
@@ -569,6 +630,15 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     newer = fresh.invoke("doctor")
     assert newer.exit_code == 1
     assert "pip install -U mongo-ckpt" in newer.output
+    versions.update_one(key, {"$set": {"version": 3}})
+    pending = schema()
+    assert pending["status"] == "warn"
+    assert pending["detail"] == "version 3: list deltas are off until the upgrade step"
+    assert pending["fix"] == (
+        "once no process of an earlier mongo-ckpt release is left, run "
+        f"`mongo-ckpt upgrade --db {fresh.db}`"
+    )
+    assert fresh.invoke("doctor").exit_code == 0
     versions.update_one(key, {"$set": {"version": 1}})
     older = schema()
     assert older["status"] == "fail"

@@ -145,3 +145,33 @@ def test_mismatches_are_listed_and_fail_the_command(client: Any, dbs: tuple[str,
     lines = [line for line in result.output.splitlines() if line.startswith("mismatch")]
     assert any("thread 't0'" in line and "missing after migration" in line for line in lines)
     assert any("thread 't1'" in line and "metadata: source {" in line for line in lines)
+
+
+def test_skipped_threads_are_listed_and_fail_the_command(client: Any, dbs: tuple[str, str]) -> None:
+    source, target = dbs
+    official = OfficialSaver(client, source)
+    chat_threads(official, 3)
+    # 8 MiB of metadata: valid for the official saver, stored twice it is over 15 MiB.
+    big = {**thread("t1-big"), "metadata": {"note": "x" * (8 * 2**20)}}
+    chat_builder().compile(checkpointer=official).invoke({"messages": [HumanMessage("hi")]}, big)
+    args = ["migrate", "--from-official", "--source-db", source, "--db", target, "--batch", "1"]
+    result = invoke(client, *args, "--verify")
+    assert result.exit_code == 3, result.output
+    lines = result.output.splitlines()
+    assert any("1 thread(s) not migrated" in line for line in lines)
+    [skipped] = [line for line in lines if line.startswith("skipped")]
+    assert "thread 't1-big'" in skipped and "15 MiB" in skipped
+    assert not [line for line in lines if line.startswith("mismatch")]
+    # Every other thread was migrated, and goes on.
+    graph = chat_builder().compile(checkpointer=MongoDBSaver(client, target))
+    assert graph.get_state(thread("t2")).values["messages"]
+    assert not graph.get_state(thread("t1-big")).values
+    # A rerun reports the same skip, in JSON too.
+    again = invoke(client, *args, "--verify", "--json")
+    assert again.exit_code == 3
+    report = json.loads(again.output[again.output.index("{") :])
+    for step in ("migrated", "verified"):
+        assert [s["thread_id"] for s in report[step]["skipped"]] == ["t1-big"]
+    assert report["migrated"]["threads"] == 3 and report["verified"]["mismatches"] == []
+    usage = " ".join(invoke(client, "migrate", "--help").output.split())
+    assert "3 when threads were skipped" in usage

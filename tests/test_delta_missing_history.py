@@ -7,7 +7,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt import MissingHistoryError
-from mongo_ckpt.layout import CHECKPOINTS
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.reading import MissingValueError
 from tests.backends import maybe_await
 from tests.delta_graphs import CHANNEL, Shape, builder
 from tests.graphs import thread
@@ -33,3 +34,27 @@ async def test_a_lost_ancestor_is_named(api: Api, lost: str) -> None:
         await api.state(graph, config)
     assert victim_id in str(error.value) and CHANNEL in str(error.value)
     assert error.value.ancestor == victim_id
+
+
+async def test_a_lost_seed_value_is_named(api: Api) -> None:
+    shape = Shape(snapshot_frequency=4, writers=1, subgraph=False, durability="sync")
+    graph = api.compile(builder(shape, delta=True))
+    config = thread("s")
+    for n in range(3):
+        await api.invoke(graph, {CHANNEL: [HumanMessage(f"q{n}", id=f"q{n}")]}, config)
+    docs = await api.docs(CHECKPOINTS, {"thread_id": "s"})
+    latest = max(docs, key=lambda d: d["checkpoint_id"])
+    assert CHANNEL not in {v["channel"] for v in latest["values"]}  # rebuilt from history
+    # The nearest ancestor storing the channel is the seed of the latest state.
+    [seed] = [
+        v
+        for d in sorted(docs, key=lambda d: d["checkpoint_id"], reverse=True)
+        for v in d["values"]
+        if v["channel"] == CHANNEL and not v.get("base")
+    ][:1]
+    raw = api.raw(BLOBS)
+    query = {"thread_id": "s", "channel": CHANNEL, "version": seed["version"]}
+    await maybe_await(raw.delete_many(query))
+    with pytest.raises(MissingValueError) as error:
+        await api.state(graph, config)
+    assert (error.value.channel, error.value.version) == (CHANNEL, seed["version"])

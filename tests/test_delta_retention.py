@@ -79,8 +79,9 @@ async def test_automatic_sweep(api: Api) -> None:
     await api.state(graph, thread("fresh"))
     assert await documents(api.saver, "idle") == idle
 
-    # A put, here on another thread, first sweeps the expired threads.
+    # A put, here on another thread, starts a sweep of the expired threads in the background.
     await play(api, graph, SMALL, RUN[:1], "other")
+    assert await api.join_sweep(timeout=60)
 
     assert await counts(api.saver, "idle") == {"checkpoints": 0, "blobs": 0, "writes": 0}
     assert await documents(api.saver, "fresh") == fresh

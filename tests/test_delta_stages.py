@@ -166,22 +166,44 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
     assert docs == [
         # "n" has no seed, so the chain goes to the root; the full walk is not cut, and it
         # ends at the root (no parent: nothing is missing).
-        {"chain": ["c3", "c2", "c1", "c0"], "cut": False, **links(4), "end": ROOT},
+        {
+            "chain": ["c3", "c2", "c1", "c0"],
+            "cut": False,
+            "unseeded": True,
+            **links(4),
+            "end": ROOT,
+            # The version of each seed value found: "m" at c1.
+            "seeds": [{"channel": "m", "version": "1"}],
+        },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
         # The join keys of the seed value and of the list-delta bases it is rebuilt from.
-        {"channel": "m", "bj": [blob_join(T, NS, "m", "1")]},
+        {"channel": "m", "bj": [blob_join(T, NS, "m", "1")], "vs": ["1"]},
     ]
     seeded = run(
         db, [*walk(max_depth=2), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 2)]
     )
-    assert seeded[0] == {"chain": ["c3", "c2", "c1"], "cut": False, **links(3), "end": C1}
+    assert seeded[0] == {
+        "chain": ["c3", "c2", "c1"],
+        "cut": False,
+        "unseeded": False,
+        **links(3),
+        "end": C1,
+        "seeds": [{"channel": "m", "version": "1"}],
+    }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
     cut = run(
         db, [*walk(max_depth=1), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], 1)]
     )
-    assert cut[0] == {"chain": ["c3", "c2"], "cut": True, **links(2), "end": C2}
+    assert cut[0] == {
+        "chain": ["c3", "c2"],
+        "cut": True,
+        "unseeded": True,
+        **links(2),
+        "end": C2,
+        "seeds": [],
+    }
     assert [d for d in cut if "bj" in d] == []
 
 
@@ -196,6 +218,43 @@ def test_a_walk_that_meets_a_missing_ancestor_names_it(db: Any) -> None:
     db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c3"})
     # The target's parent: named, or (no ancestor found at all) left to the saver's check.
     assert missing_ancestor(run(db, stages), MAX_DEPTH) in ("c3", None)
+
+
+def test_a_missing_ancestor_above_every_seed_is_no_gap(db: Any) -> None:
+    # What prune leaves under durability="exit": the seed's parent is gone, and LangGraph's
+    # counters allow a deeper walk than the checkpoints stored, so the walk stops short.
+    db[NAMES[CHECKPOINTS]].delete_one({"thread_id": T, "checkpoint_id": "c0"})
+    stages = [*walk(), *seed_depth_stages(["m"]), *work_item_stages(T, NS, ["m"], MAX_DEPTH)]
+    docs = run(db, stages)
+    assert docs[0]["chain"] == ["c3", "c2", "c1"] and docs[0]["unseeded"] is False
+    assert missing_ancestor(docs, MAX_DEPTH) is None
+    # A channel without a seed there still needs c0's history: a hole.
+    both = [*walk(), *seed_depth_stages(["m", "n"]), *work_item_stages(T, NS, ["m", "n"], 9)]
+    assert missing_ancestor(run(db, both), 9) == "c0"
+
+
+# Versions as Python's ``str`` spells them in ``blob_join``: strings, ints, longs, doubles
+# (whole ones are "1.0"; MongoDB's ``$toString`` drops the ".0").
+VERSIONS = ["00000000002.abc", "1.0", 1, 7, 2**40, 1.0, 3.0, 1.5, 0.1, -2.0, 12345678901234.0]
+
+
+def test_seed_join_keys_match_python_for_every_version_type(db: Any) -> None:
+    checkpoints, blobs = db[NAMES[CHECKPOINTS]], db[NAMES[BLOBS]]
+    for n, version in enumerate(VERSIONS):
+        channel = f"v{n}"
+        checkpoints.update_one(
+            {"thread_id": T, "checkpoint_id": "c1"},
+            {"$push": {"values": {"channel": channel, "version": version}}},
+        )
+        blob = {**_blob(T, 1, channel), "version": version, "value": repr(version)}
+        blobs.insert_one({**blob, "join": blob_join(T, NS, channel, version)})
+    # A string version spelled like a number's key is not that number's value.
+    string = {**_blob(T, 1, "v2"), "version": "1.0", "value": "the string '1.0'"}
+    blobs.insert_one({**string, "join": blob_join(T, NS, "v2", "1.0")})
+    channels = [f"v{n}" for n in range(len(VERSIONS))]
+    docs = run(db, history_pipeline(NAMES, {"thread_id": T, "checkpoint_ns": NS}, T, NS, channels))
+    found = {d["b"]["channel"]: d["b"]["value"] for d in docs if d.get("b")}
+    assert found == {f"v{n}": repr(v) for n, v in enumerate(VERSIONS)}
 
 
 def test_part_lookup_stages_add_one_part_per_document(db: Any) -> None:
@@ -223,8 +282,10 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
     assert docs[0] == {
         "chain": ["c3", "c2", "c1", "c0"],
         "cut": False,
+        "unseeded": True,
         **links(4),
         "end": ROOT,
+        "seeds": [{"channel": "m", "version": "1"}],
         "w": None,
         "b": None,
     }

@@ -98,6 +98,13 @@ def test_demo_runs_in_process_and_says_so(capsys: Any, monkeypatch: Any) -> None
         in long_term
     )
 
+    cached = section(output, 6)
+    assert "AsyncMongoDBCache.from_saver(saver): same client (True)" in cached
+    assert "call 1: 'sunny in Lisbon' (the node ran; its result written to the cache)" in cached
+    assert "call 2: 'sunny in Lisbon' (the node did not run; served from MongoDB)" in cached
+    assert "the node ran 1 time for 2 calls" in cached
+    assert cached.count("node 'forecast', key ") == 1 and "(with expires_at)" in cached
+
 
 def test_demo_says_it_drops_its_database_and_where_its_source_is(
     capsys: Any, monkeypatch: Any
@@ -159,14 +166,18 @@ def test_demo_on_a_server_prints_what_the_server_holds(
             assert sorted(threads) == ["demo", "demo-other", "memory-1", "memory-2"]
             # One item (beside it, its namespace's registry entry).
             assert client[db_name]["store"].count_documents(ONLY_ITEMS) == 1
+            assert client[db_name]["cache"].count_documents({}) == 1
         finally:
             client.drop_database(db_name)
 
 
 async def test_demo_names_the_server_without_credentials() -> None:
-    client, backend = open_client("mongodb://ada:s3cret@127.0.0.1:1/app?authSource=admin")
+    uri = "mongodb://ada:s3%2Fcr%40t@127.0.0.1:1/app?authSource=admin"
+    client, backend = open_client(uri)
     await client.close()
-    assert backend == "Backend: MongoDB at mongodb://127.0.0.1:1/app (PyMongo AsyncMongoClient)."
+    assert backend == (
+        "Backend: MongoDB at mongodb://ada:***@127.0.0.1:1/app (PyMongo AsyncMongoClient)."
+    )
 
 
 def test_demo_explains_how_to_get_the_in_process_backend(capsys: Any, monkeypatch: Any) -> None:
@@ -210,8 +221,13 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = [line for line in ci if line.startswith("python ")]
-    assert steps == ["python -m pip install -e '.[test,bench]'", "python -m pytest -q"]
-    assert commands[1].endswith(steps[-1])
+    # The README's test command, then the exhaustive tier.
+    assert steps == [
+        "python -m pip install -e '.[test,bench]'",
+        "python -m pytest -q",
+        "python -m pytest -q --full -m exhaustive",
+    ]
+    assert commands[1].endswith(steps[1])
 
 
 async def test_readme_quickstart_runs_on_a_server() -> None:

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import mongomock
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -91,6 +92,7 @@ async def check_long_conversation(run: Api, turns: int) -> None:
         assert len([v for v in doc["values"] if v["channel"] == "messages"]) <= bound
 
 
+@pytest.mark.mock_by_default
 async def test_long_conversation(api: Api) -> None:
     # 100 turns through the real sync driver; mongomock (slow on long threads) runs a
     # shorter one, and so does the async saver (the same operations, written once).

@@ -237,6 +237,12 @@ def test_migration_cut_and_resumed_gives_the_same_result(
     """Plain values only: encrypted bytes differ on every write, and this compares bytes."""
     official, src = source
     reference = MongoDBSaver(client, f"{db_name}_ref")
+    cut = MongoDBSaver(client, db_name)
+    # Both runs with one version key (a run keeps its key in the progress marker).
+    type_, data = reference.serde.dumps_typed(b"k" * 32)
+    for saver in (reference, cut):
+        marker = {"_id": src.marker, "version_key": {"type": type_, "data": data}}
+        saver.collections["schema"].insert_one(marker)
     calls = Faults(reference.collections)
     migrate_from_official(reference, src, batch=4)
     # Cut the second batch's checkpoints write after two of its documents.
@@ -245,7 +251,6 @@ def test_migration_cut_and_resumed_gives_the_same_result(
         for i, (name, method, _) in enumerate(calls.calls)
         if name == CHECKPOINTS and method == "bulk_write"
     ][1]
-    cut = MongoDBSaver(client, db_name)
     faults = Faults(cut.collections)
     faults.arm(Fault(second, "cut", k=2))
     with pytest.raises(Exception, match="injected"):
@@ -316,6 +321,90 @@ def test_verification_reports_differences(
     assert found == {("small-2", "checkpoint"), ("small-3", "parent")}
 
 
+BIG = "small-1-big"  # sorts between small-1 and small-2: threads on both sides migrate
+# Valid for langgraph-checkpoint-mongodb (one copy, under 16 MiB); mongo-ckpt stores
+# metadata twice, over its 15 MiB checkpoint-document limit.
+BIG_METADATA = {"note": "x" * (8 * 2**20)}
+
+
+def write_big_thread(official: OfficialSaver) -> None:
+    chat = chat_builder().compile(checkpointer=official)
+    config = {**thread(BIG), "metadata": BIG_METADATA}
+    chat.invoke({"messages": [HumanMessage("a big one")]}, config)
+
+
+def test_a_thread_that_cannot_be_converted_is_skipped_and_reported(
+    empty_source: tuple[OfficialSaver, Source], dest: MongoDBSaver
+) -> None:
+    official, src = empty_source
+    write_small_threads(official, 4)
+    write_big_thread(official)
+    big = official.checkpoint_collection.count_documents({"thread_id": BIG})
+    newest = official.checkpoint_collection.find_one(
+        {"thread_id": BIG}, sort=[("checkpoint_id", -1)]
+    )
+    done = migrate_from_official(dest, src, batch=2)
+    [skip] = done.skipped
+    assert (skip.thread_id, skip.checkpoint_ns, skip.checkpoints) == (BIG, "", big)
+    assert skip.checkpoint_id == newest["checkpoint_id"]  # the first converted, newest first
+    assert "15 MiB" in skip.reason and "metadata" in skip.reason
+    total = official.checkpoint_collection.count_documents({})
+    assert (done.threads, done.checkpoints) == (4, total - big)
+    assert dest.get_tuple(thread(BIG)) is None  # nothing of the thread is stored
+    assert dest.collections[CHECKPOINTS].count_documents({"thread_id": BIG}) == 0
+    for i in range(4):
+        expected = [readable(t) for t in official.list(thread(f"small-{i}"))]
+        assert [readable(t) for t in dest.list(thread(f"small-{i}"))] == expected
+    # Verification compares the rest and lists the skipped thread as skipped.
+    report = verify_migration(dest, src)
+    assert report.mismatches == [] and report.skipped == [skip]
+    assert (report.threads, report.checkpoints) == (4, total - big)
+    # A rerun (resumed, or from the start) reports the same skip and changes nothing.
+    for restart in (False, True):
+        again = migrate_from_official(dest, src, batch=2, restart=restart)
+        assert (again.threads, again.checkpoints, again.skipped) == (4, total - big, [skip])
+    # Once the source thread fits, a rerun converts it.
+    for doc in official.checkpoint_collection.find({"thread_id": BIG}):
+        small = official.checkpoint_collection.find_one({"thread_id": "small-0"})
+        official.checkpoint_collection.update_one(
+            {"_id": doc["_id"]}, {"$set": {"metadata": small["metadata"]}}
+        )
+    fixed = migrate_from_official(dest, src, batch=2)
+    assert (fixed.threads, fixed.checkpoints, fixed.skipped) == (5, total, [])
+    assert verify_migration(dest, src).skipped == []
+    assert dest.get_tuple(thread(BIG)) is not None
+
+
+def test_a_migration_cut_after_a_skip_resumes_with_it(
+    empty_source: tuple[OfficialSaver, Source], client: Any, db_name: str
+) -> None:
+    official, src = empty_source
+    write_small_threads(official, 4)
+    write_big_thread(official)
+    reference = MongoDBSaver(client, f"{db_name}_ref")
+    calls = Faults(reference.collections)
+    expected = migrate_from_official(reference, src, batch=1)
+    # Cut the checkpoints write of small-2, the batch after the skipped thread's.
+    writes = [
+        i
+        for i, (name, method, _) in enumerate(calls.calls)
+        if name == CHECKPOINTS and method == "bulk_write"
+    ]
+    assert len(writes) == 4  # the skipped thread writes nothing
+    cut = MongoDBSaver(client, db_name)
+    faults = Faults(cut.collections)
+    faults.arm(Fault(writes[2], "cut", k=1))
+    with pytest.raises(Exception, match="injected"):
+        migrate_from_official(cut, src, batch=1)
+    faults.restore()
+    resumed = migrate_from_official(cut, src, batch=1)
+    assert resumed.skipped == expected.skipped and [s.thread_id for s in resumed.skipped] == [BIG]
+    assert (resumed.threads, resumed.checkpoints) == (expected.threads, expected.checkpoints)
+    report = verify_migration(cut, src)
+    assert report.mismatches == [] and report.skipped == expected.skipped
+    client.drop_database(f"{db_name}_ref")
+
+
 def test_source_collections_must_differ_from_the_target(client: Any, db_name: str) -> None:
     with pytest.raises(ValueError, match="migrate into another database"):
         migrate_from_official(MongoDBSaver(client, db_name), Source(db_name))
@@ -332,13 +421,18 @@ def test_fork_versions_that_the_official_saver_reuses_stay_apart() -> None:
         "versions_seen": {"bot": {"m": 2, "go": 1}},
     }
     two = {**one, "channel_values": {"m": ["b"]}}
-    a, b = convert_versions(one), convert_versions(two)
+    key = b"k" * 32
+    a, b = (convert_versions(c, key, "t", "") for c in (one, two))
     assert a["channel_versions"]["m"] != b["channel_versions"]["m"]
     assert a["channel_versions"]["m"].startswith("000000000002.")
     assert a["channel_versions"]["go"] == "000000000002"  # no value: no tail
     # What a node saw maps exactly as the channel's version, so LangGraph compares the same.
     assert a["versions_seen"]["bot"] == {"m": a["channel_versions"]["m"], "go": "000000000001"}
-    assert convert_versions(one) == a  # the same value gives the same version every run
+    assert convert_versions(one, key, "t", "") == a  # the same value: the same version
+    # Another key, or the same value in another thread, namespace: another tail.
+    for other in (convert_versions(one, b"j" * 32, "t", ""), convert_versions(one, key, "u", ""),
+                  convert_versions(one, key, "t", "sub")):
+        assert other["channel_versions"]["m"] != a["channel_versions"]["m"]
 
 
 def delta_chat_builder() -> StateGraph:

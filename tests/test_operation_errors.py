@@ -46,7 +46,7 @@ async def test_every_failing_call_of_a_graph_run_names_its_operation(api: Api) -
     faults = Faults(api.saver.collections)
     await api.invoke(graph, {"messages": [HumanMessage("hi")]}, thread("clean"))
     calls = faults.calls
-    assert {m for _, m, _ in calls} >= {"aggregate", "bulk_write", "update_one"}
+    assert {m for _, m, _ in calls} >= {"aggregate", "bulk_write"}
     for number in range(len(calls)):
         faults.arm(Fault(number, "before"))
         with pytest.raises(AutoReconnect) as raised:
@@ -64,8 +64,7 @@ def _check_issuer(exc: BaseException, faults: Faults, number: int) -> None:
     expected = {
         "aggregate": {"get_tuple"},
         "find": {"get_tuple"},
-        "update_one": {"put"},  # a checkpoint without a parent
-        # values (of put and put_writes); a checkpoint with the probe of its parent
+        # values (of put and put_writes); a checkpoint (with the probe of its parent)
         "bulk_write": {"_write_values", "put"},
     }
     assert issuer in expected[method], (method, issuer)

@@ -15,6 +15,7 @@ from tests.fault_harness import CHUNK, OPERATIONS, check_every_fault
 from tests.saver_support import Api
 
 
+@pytest.mark.mock_by_default
 @pytest.mark.parametrize("name", OPERATIONS)
 async def test_every_cut_point_leaves_whole_or_invisible_checkpoints(
     api: Api, name: str, monkeypatch: pytest.MonkeyPatch

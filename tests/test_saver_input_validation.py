@@ -127,6 +127,7 @@ async def test_int_run_ids_are_strings(api: Api) -> None:
 # mongomock's close() does nothing, so this is about the real drivers.
 
 
+@pytest.mark.every_driver
 @pytest.mark.parametrize("target", target_params(t for t in TARGETS if t.backend != "mock"))
 async def test_closed_client(target: Target, db_name: str) -> None:
     client = target.client()

@@ -15,7 +15,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import MissingValueError, MongoDBSaver, payload
+from mongo_ckpt import ConflictingValueError, MissingValueError, MongoDBSaver, payload
 from mongo_ckpt.operations import BLOBS, CHECKPOINTS, WRITES
 from tests.faults import Fault, Faults, Interleave
 from tests.saver_support import Api
@@ -123,7 +123,13 @@ def test_retried_put_with_other_bytes_for_a_version_never_mixes(saver: MongoDBSa
         thread = f"t{k}"
         mode = "cut" if k < size else "after"
         _cut_then(saver, Fault(0, mode, k), lambda thread=thread: put(thread, A))
-        put(thread, B)
+        if k == size:  # A is stored whole: a version names one value, B is refused
+            with pytest.raises(ConflictingValueError):
+                put(thread, B)
+            assert saver.get_tuple(generate_config(thread)) is None
+            put(thread, A)
+        else:
+            put(thread, B)
         value = saver.get_tuple(generate_config(thread)).checkpoint["channel_values"]["big"]
         assert value in (A, B), f"stitched value after cut at {k}"
         if k == size:

@@ -7,10 +7,12 @@ from __future__ import annotations
 from operator import add
 from typing import Annotated
 
+import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_config
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
+from mongo_ckpt import ThreadExistsError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.saver_support import Api, assert_no_orphans, put_chain, values_at
 
@@ -155,6 +157,24 @@ async def test_copy_thread(api: Api) -> None:
         assert new.metadata == old.metadata
         assert new.pending_writes == old.pending_writes
     await assert_no_orphans(api)
+
+
+async def test_copy_thread_refuses_a_target_with_checkpoints(api: Api) -> None:
+    await put_chain(api, "t", 2, writes=True)
+    await put_chain(api, "u", 1)
+    source, target = await api.thread_docs("t"), await api.thread_docs("u")
+    with pytest.raises(ThreadExistsError, match="thread 'u' already has checkpoints") as caught:
+        await api.copy_thread("t", "u")
+    assert isinstance(caught.value, ValueError) and caught.value.target_thread_id == "u"
+    assert await api.thread_docs("t") == source and await api.thread_docs("u") == target
+    # The same copy again (after a lost reply, or a cut) is not a second history.
+    await api.copy_thread("t", "c")
+    copied = await api.thread_docs("c")
+    await api.copy_thread("t", "c")
+    assert await api.thread_docs("c") == copied
+    await put_chain(api, "c", 1)  # once the copy has its own checkpoints, it is refused
+    with pytest.raises(ThreadExistsError):
+        await api.copy_thread("t", "c")
 
 
 async def test_prune_keep_latest(api: Api) -> None:

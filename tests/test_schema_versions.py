@@ -3,6 +3,7 @@ the command that does), and refuses data written by a newer mongo-ckpt."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -12,10 +13,12 @@ from mongo_ckpt import (
     MongoDBSaver,
     SchemaTooNewError,
     SchemaUpgradeRequired,
+    listdelta,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import (
     SAVER_SCHEMA_VERSION,
+    SAVER_SETUP_VERSION,
     SCHEMA_COLLECTION,
     STORE_SCHEMA_VERSION,
     read_version,
@@ -82,8 +85,10 @@ async def check_older_layout_is_upgraded_in_place(run: Api) -> None:
     messages = await chat(later, "three")
     assert contents(messages)[-2:] == [("human", "three"), ("ai", "#5: three")]
     assert await count(run, BLOBS, missing) == 0 and await count(run, WRITES, missing) == 0
+    # Existing data: an earlier release may still run beside this one, so the version
+    # that needs the explicit upgrade step (list deltas) is not recorded.
     recorded = await schema_doc(run.saver, saver_key("checkpoints"))
-    assert recorded["version"] == SAVER_SCHEMA_VERSION
+    assert recorded["version"] == SAVER_SETUP_VERSION
     # Recorded: the next saver's setup is one round trip.
     again = run.reopened()
     calls = count_calls(again.saver.collections)
@@ -100,7 +105,7 @@ async def check_too_big_upgrade_names_the_command(run: Api) -> None:
     with pytest.raises(SchemaUpgradeRequired) as raised:
         await maybe_await(later.saver.setup(upgrade_limit=before - 1))
     assert f"`mongo-ckpt upgrade --db {run.saver.db.name}`" in str(raised.value)
-    assert f"from version 1 to {SAVER_SCHEMA_VERSION}" in str(raised.value)
+    assert f"from version 1 to {SAVER_SETUP_VERSION}" in str(raised.value)
     # Nothing was changed, and the version is still unrecorded.
     assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == before
     assert await schema_doc(run.saver, saver_key("checkpoints")) is None
@@ -127,6 +132,51 @@ async def check_newer_layout_is_refused(run: Api) -> None:
     assert {c: await count(run, c, {}) for c in counts} == counts
     doc = await schema_doc(run.saver, saver_key("checkpoints"))
     assert doc["version"] == SAVER_SCHEMA_VERSION + 1
+
+
+async def check_layout_3_keeps_whole_values_until_the_upgrade_step(
+    run: Api, monkeypatch: Any
+) -> None:
+    key = saver_key("checkpoints")
+    await set_version(run.saver, key, 3)  # as the previous release records it
+    running = run.reopened()
+    await running.setup()
+    off = run.reopened(list_deltas=False)
+    assert (await schema_doc(run.saver, key))["version"] == 3
+    await chat(running, "one", "two", "three")
+    deltas = {"base": {"$exists": True}}
+    assert await count(run, BLOBS, deltas) == 0
+    await run.reopened().upgrade()
+    assert (await schema_doc(run.saver, key))["version"] == SAVER_SCHEMA_VERSION
+    # Within the minute the running saver neither reads the version again nor writes deltas.
+    calls = count_calls(running.saver.collections)
+    await chat(running, "four")
+    assert calls[("schema", "find_one")] == 0
+    assert await count(run, BLOBS, deltas) == 0
+    # A minute on, it reads the version once and writes deltas from then on.
+    real = time.monotonic
+    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 61)
+    await chat(running, "five", "six")
+    assert calls[("schema", "find_one")] == 1
+    written = await count(run, BLOBS, deltas)
+    assert written > 0
+    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 3600)
+    messages = await chat(running, "seven")
+    assert calls[("schema", "find_one")] == 1
+    assert len(messages) == 14 and contents(messages)[-1] == ("ai", "#13: seven")
+    # list_deltas=False: never deltas, and no reads of the version for them.
+    off_calls = count_calls(off.saver.collections)
+    before = await count(run, BLOBS, deltas)
+    await chat(off, "eight")
+    assert off_calls[("schema", "find_one")] == 1  # its setup, on first use
+    assert await count(run, BLOBS, deltas) == before
+    assert len(await chat(run.reopened(), "nine")) == 18
+
+
+async def test_layout_3_keeps_whole_values_until_the_upgrade_step(
+    api: Api, monkeypatch: Any
+) -> None:
+    await check_layout_3_keeps_whole_values_until_the_upgrade_step(api, monkeypatch)
 
 
 async def test_setup_records_the_version(api: Api) -> None:

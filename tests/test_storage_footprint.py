@@ -41,6 +41,10 @@ UPDATES_PER_TURN = 2
 WRITES_PER_TURN = 3
 
 
+# Stored bytes are computed on the client from the documents: the same on every backend.
+pytestmark = pytest.mark.mock_by_default
+
+
 @pytest.fixture
 def savers(client: Any, db_name: str) -> Iterator[dict[str, BaseCheckpointSaver]]:
     """Both savers on the same client, each in its own database."""

@@ -109,9 +109,12 @@ async def test_setup_runs_once_on_first_use(make_astore: Any) -> None:
     calls = count_calls(store.collections)
     await store.aget(("t",), "k")
     await store.aget(("t",), "k")
-    # New collection: read the layout version, create the indexes, record the version.
+    # New collection: read the layout version, check it holds no other layout (the saver's
+    # schema record, a sample document, the indexes), create the indexes, record the version.
     assert dict(calls) == {
-        ("schema", "find_one"): 1,
+        ("schema", "find_one"): 2,
+        ("store", "find_one"): 1,
+        ("store", "index_information"): 1,
         ("store", "create_indexes"): 1,
         ("schema", "update_one"): 1,
         ("store", "find"): 2,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import CachePolicy
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.cache import AsyncMongoDBCache, MongoDBCache
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
 
@@ -55,3 +59,25 @@ async def async_usage(uri: str) -> str | None:
         item = await store.aget(("users", "1"), "name")
         value = item.value["value"] if item else None
         return value if isinstance(value, str) else None
+
+
+def cached_node(uri: str) -> int:
+    with MongoDBSaver.from_conn_string(uri, "agents") as saver:
+        cache: MongoDBCache[Any] = MongoDBCache.from_saver(saver)
+        builder = StateGraph(MessagesState)
+        builder.add_node("reply", reply, cache_policy=CachePolicy(ttl=60))
+        builder.add_edge(START, "reply")
+        graph = builder.compile(checkpointer=saver, cache=cache)
+        graph.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "1"}})
+        graph.clear_cache()
+        return len(cache.get([(("__pregel_ns_writes",), "key")]))
+
+
+async def async_cache(uri: str) -> object:
+    async with AsyncMongoDBCache[Any].from_conn_string(
+        uri, "agents", collection_name="node_cache"
+    ) as cache:
+        await cache.setup()
+        await cache.aset({(("users", "1"), "answer"): ({"text": "hi"}, 30)})
+        await cache.aclear([("users", "1")])
+        return (await cache.aget([(("users", "1"), "answer")])).get((("users", "1"), "answer"))

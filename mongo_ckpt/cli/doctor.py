@@ -13,7 +13,12 @@ from mongo_ckpt.cli.options import (
 )
 from mongo_ckpt.cli.output import console, emit_json, table
 from mongo_ckpt.layout import CHECKPOINTS
-from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key, upgrade_command
+from mongo_ckpt.schema import (
+    SAVER_SCHEMA_VERSION,
+    SAVER_SETUP_VERSION,
+    saver_key,
+    upgrade_command,
+)
 
 PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
@@ -25,7 +30,9 @@ def schema_status(session: Session) -> health.Finding:
     found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
     has_data = session.run(inspection.counts())[CHECKPOINTS] > 0
     upgrade = upgrade_command(saver.db.name, saver.layout)
-    return health.schema_version(found, SAVER_SCHEMA_VERSION, has_data, upgrade)
+    return health.schema_version(
+        found, SAVER_SCHEMA_VERSION, has_data, upgrade, SAVER_SETUP_VERSION
+    )
 
 
 def findings(session: Session) -> list[health.Finding]:
@@ -63,7 +70,7 @@ def doctor(target: Target, fix: bool) -> None:
         out.print(table(None, ("status", "check", "found"), rows))
         problems = [f for f in result if f.fix]
         for f in problems:
-            out.print(f"{MARK[f.status]} {f.check}: {f.fix}", markup=False)
+            out.print(f"{MARK[f.status]} {f.check}: {f.fix}")
         out.print("no problems found" if not problems else f"{len(problems)} problems")
     if failed:
         raise click.exceptions.Exit(1)

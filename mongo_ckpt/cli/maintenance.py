@@ -4,15 +4,17 @@ and a confirmation prompt."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 
 from mongo_ckpt import inspection
-from mongo_ckpt.cli.options import Session, Target, open_session, target_options
+from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
 from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.operations import Deleted, ThreadExistsError
 
 F = TypeVar("F", bound=Callable[..., Any])
 LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes"}
@@ -37,6 +39,7 @@ def idle_option(command: F) -> F:
     return click.option(
         "--idle-days",
         type=click.FloatRange(0, min_open=True),
+        callback=finite,
         default=None,
         help="Select every thread without a checkpoint in this many days.",
     )(command)
@@ -52,13 +55,17 @@ def selection_options(command: F) -> F:
     return command
 
 
-def _selected(session: Session, thread_ids: tuple[str, ...], idle_days: float | None) -> list[str]:
+def _selected(
+    session: Session, thread_ids: tuple[str, ...], idle_days: float | None
+) -> tuple[list[str], datetime | None]:
+    """The threads, and with ``--idle-days`` the cutoff (by the server's clock) they were
+    selected with."""
     if bool(thread_ids) == (idle_days is not None):
         raise click.UsageError("name the threads, or select them with --idle-days (not both)")
     if idle_days is None:
-        return sorted(set(thread_ids))
-    cutoff = datetime.now(timezone.utc) - timedelta(days=idle_days)
-    return session.run(inspection.idle_threads(cutoff))
+        return sorted(set(thread_ids)), None
+    cutoff = session.run(server_now()) - timedelta(days=idle_days)
+    return session.run(inspection.idle_threads(cutoff)), cutoff
 
 
 def _report(
@@ -68,15 +75,23 @@ def _report(
     threads: list[str],
     counts: dict[str, int],
     title: str,
+    spared: list[str] | None = None,
 ) -> None:
     if target.json:
-        emit_json({"action": action, "dry_run": not done, "threads": threads,
-                   "documents": {LABELS[k]: v for k, v in counts.items()}})
+        report: dict[str, Any] = {
+            "action": action, "dry_run": not done, "threads": threads,
+            "documents": {LABELS[k]: v for k, v in counts.items()},
+        }
+        if spared is not None:
+            report["spared"] = spared
+        emit_json(report)
         return
     verb = ("copied" if action == "copy" else "deleted") if done else "affected"
     out = console()
     rows = [(LABELS[k], v) for k, v in counts.items()]
     out.print(table(title, ("", f"documents {verb}"), rows))
+    if spared:
+        out.print(f"spared {len(spared)} threads active since the selection: {', '.join(spared)}")
     if not done:
         out.print("dry run: nothing was changed")
 
@@ -86,14 +101,24 @@ def _report(
 def delete(
     target: Target, thread_ids: tuple[str, ...], idle_days: float | None, dry_run: bool, yes: bool
 ) -> None:
-    """Delete threads: every checkpoint, value and pending write (saver.prune, "delete")."""
+    """Delete threads: every checkpoint, value and pending write (saver.prune, "delete").
+
+    With ``--idle-days``, each thread is judged again when it is deleted: one with a
+    checkpoint stored since the cutoff (it became active after the selection) is spared."""
     with open_session(target) as session:
-        selected = _selected(session, thread_ids, idle_days)
+        selected, cutoff = _selected(session, thread_ids, idle_days)
         counts = session.run(inspection.counts(selected))
+        deleted, spared = Deleted(threads=selected, documents=counts), None
         if not dry_run and selected:
             _confirm(f"Delete {len(selected)} threads ({counts[CHECKPOINTS]} checkpoints)?", yes)
-            session.saver.prune(selected, strategy="delete")
-    _report(target, "delete", not dry_run, selected, counts, f"delete: {len(selected)} threads")
+            ops = session.saver.ops
+            if cutoff is None:
+                deleted = session.run(ops.delete_threads(selected))
+            else:
+                deleted = session.run(ops.delete_idle(selected, cutoff))
+                spared = sorted(set(selected) - set(deleted.threads))
+    title = f"delete: {len(deleted.threads)} threads"
+    _report(target, "delete", not dry_run, deleted.threads, deleted.documents, title, spared)
 
 
 @click.command()
@@ -110,11 +135,13 @@ def copy(target: Target, source: str, destination: str, dry_run: bool, yes: bool
         counts = session.run(inspection.counts([source]))
         if not counts[CHECKPOINTS]:
             raise click.ClickException(f"thread {source!r} has no checkpoints to copy")
-        existing = session.run(inspection.counts([destination]))[CHECKPOINTS]
-        if not dry_run:
-            extra = f" (it already has {existing} checkpoints)" if existing else ""
-            _confirm(f"Copy {source!r} to {destination!r}{extra}?", yes)
-            session.saver.copy_thread(source, destination)
+        try:
+            session.run(session.saver.ops.check_copy_target(source, destination))
+            if not dry_run:
+                _confirm(f"Copy {source!r} to {destination!r}?", yes)
+                session.saver.copy_thread(source, destination)
+        except ThreadExistsError as exc:
+            raise click.ClickException(str(exc)) from exc
     title = f"copy {source!r} to {destination!r}"
     _report(target, "copy", not dry_run, [source, destination], counts, title)
 
@@ -127,7 +154,7 @@ def prune(
     """Drop old history: keep each namespace's latest checkpoint (and the ancestors its
     DeltaChannels are rebuilt from), delete the other checkpoints (saver.prune)."""
     with open_session(target) as session:
-        selected = _selected(session, thread_ids, idle_days)
+        selected, _ = _selected(session, thread_ids, idle_days)
         skeletons, doomed = session.run(session.saver.ops.prune_plan(selected))
         if not dry_run and doomed:
             _confirm(f"Delete {len(doomed)} of {len(skeletons)} checkpoints?", yes)

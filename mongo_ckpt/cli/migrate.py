@@ -11,11 +11,19 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from mongo_ckpt.cli.options import Target, open_client, saver_on, target_options
+from mongo_ckpt.cli.options import (
+    Target,
+    collection_name,
+    database_name,
+    open_client,
+    saver_on,
+    target_options,
+)
+from mongo_ckpt.cli.output import console
 from mongo_ckpt.cli.store_migrate import migrate_store
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
@@ -29,6 +37,8 @@ from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
 from mongo_ckpt.schema import read_version, saver_key
 
 SHOWN_MISMATCHES = 20
+# Exit statuses besides 0 (and click's 2 for a usage error).
+MISMATCHES_FOUND, THREADS_SKIPPED = 1, 3
 
 
 @contextmanager
@@ -51,21 +61,21 @@ def _bar(label: str, quiet: bool) -> Iterator[Any]:
             bar.update(
                 task,
                 total=counts.total_checkpoints,
-                completed=counts.checkpoints,
+                completed=counts.checkpoints + counts.skipped_checkpoints,
                 threads=counts.threads,
             )
 
         yield update
 
 
-def _source_collections(value: str) -> tuple[str, str]:
+def _source_collections(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
     names = [n.strip() for n in value.split(",")]
     if len(names) != 2 or not all(names):
         raise click.BadParameter(
-            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}",
-            param_hint="--source-collections",
+            f"expected CHECKPOINTS,WRITES (two collection names), got {value!r}"
         )
-    return names[0], names[1]
+    checkpoints, writes = (collection_name(ctx, param, name) for name in names)
+    return checkpoints, writes
 
 
 @click.command(
@@ -76,7 +86,12 @@ def _source_collections(value: str) -> tuple[str, str]:
         "only read. Resumable: a rerun continues after the last finished thread, with the "
         "same result (--restart goes over every thread again). With --verify, every thread "
         "is then read back through mongo-ckpt and compared with the source. Encrypted data "
-        "needs LANGGRAPH_AES_KEY, as for the application."
+        "needs LANGGRAPH_AES_KEY, as for the application. A thread that cannot be converted "
+        "(e.g. a checkpoint over mongo-ckpt's 15 MiB document limit) is skipped whole, the "
+        "others are migrated, and every skipped thread is listed at the end with the reason; "
+        "a rerun tries the skipped threads again. Exit status: 0 when everything was "
+        "migrated (and matched), 1 when --verify found mismatches, 3 when threads were "
+        "skipped, 2 on a usage error."
     ),
 )
 @click.option(
@@ -88,12 +103,14 @@ def _source_collections(value: str) -> tuple[str, str]:
     "--source-db",
     default=DEFAULT_DB_NAME,
     show_default=True,
+    callback=database_name,
     help="Database of the official collections.",
 )
 @click.option(
     "--source-collections",
     default=f"{DEFAULT_CHECKPOINTS},{DEFAULT_WRITES}",
     show_default=True,
+    callback=_source_collections,
     help="The official checkpoints and writes collections, comma-separated.",
 )
 @click.option(
@@ -123,7 +140,7 @@ def migrate(
     target: Target,
     from_official: bool,
     source_db: str,
-    source_collections: str,
+    source_collections: tuple[str, str],
     batch: int,
     verify: bool,
     restart: bool,
@@ -133,7 +150,8 @@ def migrate(
     vector_field: str | None,
     vector_dims: int | None,
 ) -> int:
-    """Run the migration, then the verification if asked; exit code 1 on mismatches."""
+    """Run the migration, then the verification if asked; exit status 1 on mismatches,
+    3 when threads were skipped."""
     if from_official_store:
         if from_official:
             raise click.UsageError(
@@ -155,7 +173,7 @@ def migrate(
         return 0
     if not from_official:  # required so the command says what it migrates from
         raise click.UsageError("say what to migrate from: --from-official or --from-official-store")
-    source = Source(source_db, *_source_collections(source_collections))
+    source = Source(source_db, *source_collections)
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
     with open_client(target) as client:
         saver = saver_on(client, target)
@@ -172,6 +190,7 @@ def migrate(
             "checkpoints": done.checkpoints,
             "writes": done.writes,
             "seconds": round(time.perf_counter() - started, 2),
+            "skipped": [vars(skip) for skip in done.skipped],
         }
         if verify:
             started = time.perf_counter()
@@ -182,10 +201,13 @@ def migrate(
                 "checkpoints": checked.checkpoints,
                 "seconds": round(time.perf_counter() - started, 2),
                 "mismatches": [vars(m) for m in checked.mismatches],
+                "skipped": [vars(skip) for skip in checked.skipped],
             }
     _print(report, target.json)
     if report.get("verified", {}).get("mismatches"):
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(MISMATCHES_FOUND)
+    if report["migrated"]["skipped"]:
+        raise click.exceptions.Exit(THREADS_SKIPPED)
     return 0
 
 
@@ -193,16 +215,20 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    console = Console()
+    out = console()
     table = Table(
         title=f"langgraph-checkpoint-mongodb {report['source']['db']} -> "
         f"mongo-ckpt {report['target']['db']}"
     )
-    for column in ("step", "threads", "checkpoints", "writes", "seconds", "mismatches"):
+    columns = ("step", "threads", "checkpoints", "writes", "seconds", "mismatches", "skipped")
+    for column in columns:
         table.add_column(column, justify="left" if column == "step" else "right")
     m = report["migrated"]
     table.add_row(
-        "migrate", *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])), ""
+        "migrate",
+        *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])),
+        "",
+        str(len(m["skipped"])),
     )
     if "verified" in report:
         v = report["verified"]
@@ -213,17 +239,32 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
             "",
             str(v["seconds"]),
             str(len(v["mismatches"])),
+            str(len(v["skipped"])),
         )
-    console.print(table)
+    out.print(table)
     mismatches = report.get("verified", {}).get("mismatches", [])
     for mismatch in mismatches[:SHOWN_MISMATCHES]:
         where = (
             f"thread {mismatch['thread_id']!r} ns {mismatch['checkpoint_ns']!r} "
             f"checkpoint {mismatch['checkpoint_id']!r}: {mismatch['field']}: {mismatch['detail']}"
         )
-        console.print(f"[red]mismatch[/red] {escape(where)}", highlight=False, soft_wrap=True)
+        out.print(Text("mismatch", style="red"), where, soft_wrap=True)
     if len(mismatches) > SHOWN_MISMATCHES:
-        console.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+        out.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
+    skipped = m["skipped"]
+    if skipped:
+        checkpoints = sum(skip["checkpoints"] for skip in skipped)
+        out.print(
+            Text(f"{len(skipped)} thread(s) not migrated", style="yellow"),
+            f"({checkpoints} checkpoints); the others were. Fix them in the source and run "
+            "the same command again to migrate them:",
+        )
+    for skip in skipped:  # every one: each is data left behind
+        where = (
+            f"thread {skip['thread_id']!r} ({skip['checkpoints']} checkpoints): checkpoint "
+            f"{skip['checkpoint_id']!r} ns {skip['checkpoint_ns']!r}: {skip['reason']}"
+        )
+        out.print(Text("skipped", style="yellow"), where, soft_wrap=True)
 
 
 @click.command(
@@ -231,16 +272,19 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
     help=(
         "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
         "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
-        "names this command). Idempotent; stop the applications that write first."
+        "names this command), and record that every writer reads list deltas: savers of "
+        "this release write them from then on (within a minute, without a restart), and "
+        "releases before them refuse the database. Run it once no process of an earlier "
+        "release is left (after a rolling upgrade). Idempotent."
     ),
 )
 @target_options
 def upgrade(target: Target) -> int:
-    """Run ``saver.setup(upgrade_limit=None)`` and report the versions."""
+    """Run ``saver.upgrade()`` and report the versions."""
     key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        saver_on(client, target).setup(upgrade_limit=None)
+        saver_on(client, target).upgrade()
         after = read_version(client[target.db], key)
     if target.json:
         click.echo(json.dumps({"db": target.db, "before": before, "after": after}))

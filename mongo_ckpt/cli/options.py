@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,17 +15,51 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pymongo import MongoClient
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
 
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
-from mongo_ckpt.layout import Layout
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
+from mongo_ckpt.redaction import redacted
 from mongo_ckpt.saver import MongoDBSaver
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+OPTIONS = {CHECKPOINTS: "--checkpoints", BLOBS: "--blobs", WRITES: "--writes"}
+# What MongoDB refuses in a database name (on every platform) and in a collection name.
+DATABASE_FORBIDDEN = '/\\. "$\x00'
+DATABASE_MAX_BYTES = 63
+COLLECTION_FORBIDDEN = "$\x00"
+
+
+def database_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback: ``value`` if MongoDB accepts it as a database name."""
+    bad = sorted({c for c in value if c in DATABASE_FORBIDDEN})
+    if not value or bad or len(value.encode()) > DATABASE_MAX_BYTES:
+        raise click.BadParameter(
+            f"{value!r} is not a MongoDB database name: 1 to {DATABASE_MAX_BYTES} bytes, "
+            f"none of {DATABASE_FORBIDDEN!r}" + (f" (found {''.join(bad)!r})" if bad else "")
+        )
+    return value
+
+
+def collection_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback: ``value`` if MongoDB accepts it as a collection name."""
+    if not value or any(c in COLLECTION_FORBIDDEN for c in value) or value.startswith("system."):
+        raise click.BadParameter(
+            f"{value!r} is not a MongoDB collection name: not empty, no '$' or NUL, not "
+            "starting with 'system.'"
+        )
+    return value
+
+
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A click callback: refuses ``nan`` and ``inf``, which a ``FloatRange`` lets through."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number")
+    return value
 
 
 @dataclass
@@ -56,19 +91,34 @@ def target_options(command: F) -> F:
             show_envvar=True,
             help="MongoDB connection string (default: $MONGODB_URI).",
         ),
-        click.option("--db", default=DEFAULT_DB_NAME, show_default=True, help="Database."),
+        click.option(
+            "--db",
+            default=DEFAULT_DB_NAME,
+            show_default=True,
+            callback=database_name,
+            help="Database.",
+        ),
         click.option(
             "--checkpoints",
             "checkpoints",
             default=defaults.checkpoints,
             show_default=True,
+            callback=collection_name,
             help="Checkpoints collection.",
         ),
         click.option(
-            "--blobs", default=defaults.blobs, show_default=True, help="Channel values collection."
+            "--blobs",
+            default=defaults.blobs,
+            show_default=True,
+            callback=collection_name,
+            help="Channel values collection.",
         ),
         click.option(
-            "--writes", default=defaults.writes, show_default=True, help="Pending writes."
+            "--writes",
+            default=defaults.writes,
+            show_default=True,
+            callback=collection_name,
+            help="Pending writes.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output."),
     ]
@@ -84,7 +134,11 @@ def target_options(command: F) -> F:
         as_json: bool,
         **kwargs: Any,
     ) -> Any:
-        target = Target(uri or None, db, Layout(checkpoints, blobs, writes), as_json)
+        try:
+            layout = Layout(checkpoints, blobs, writes)
+        except CollectionNameClash as exc:
+            raise click.UsageError(exc.describe(OPTIONS)) from None
+        target = Target(uri or None, db, layout, as_json)
         return command(*args, target=target, **kwargs)
 
     for option in reversed(options):
@@ -95,20 +149,56 @@ def target_options(command: F) -> F:
 @contextmanager
 def open_client(target: Target) -> Iterator[Any]:
     """The injected client (``CliState.client``), else a new ``MongoClient`` on
-    ``target.uri``, closed on exit."""
+    ``target.uri``, closed on exit. A MongoDB error in the body becomes a message
+    (``ClickException``) naming the server without its credentials."""
     state = click.get_current_context().find_object(CliState)
     if state is not None and state.client is not None:
-        yield state.client
+        with _explained(None):
+            yield state.client
         return
     uri = target.uri or os.environ.get("MONGODB_URI")
     if not uri:
         raise click.UsageError("no MongoDB to connect to: pass --uri or set MONGODB_URI")
-    # The saver's own client options: timeoutMS 10 s unless the URI sets it.
-    client: Any = MongoClient(uri, **_client_kwargs(uri, None, None))
     try:
-        yield client
+        # The saver's own client options: timeoutMS 10 s unless the URI sets it.
+        client: Any = MongoClient(uri, **_client_kwargs(uri, None, None))
+    except (ConfigurationError, TypeError, ValueError) as exc:
+        raise click.BadParameter(redacted(str(exc), uri), param_hint="--uri") from None
+    try:
+        with _explained(uri):
+            yield client
     finally:
         client.close()
+
+
+@contextmanager
+def _explained(uri: str | None) -> Iterator[None]:
+    """MongoDB errors, and data the serializer cannot read, as messages without
+    credentials (``uri``'s secrets are removed from them)."""
+    where = redacted(uri, uri) if uri else "the given client"
+    try:
+        yield
+    except ConnectionFailure as exc:
+        message = redacted(f"cannot reach MongoDB at {where}: {exc}", uri)
+        raise click.ClickException(message) from None
+    except PyMongoError as exc:
+        raise click.ClickException(
+            redacted(f"MongoDB at {where} refused: {type(exc).__name__}: {exc}", uri)
+        ) from None
+    except NotImplementedError as exc:
+        if "+" in str(exc) and "serialization type" in str(exc):
+            raise click.ClickException(
+                f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
+                "written with"
+            ) from None
+        raise
+    except ValueError as exc:
+        if str(exc) == "MAC check failed":  # pycryptodome: not the key the data was written with
+            raise click.ClickException(
+                "the data cannot be decrypted: LANGGRAPH_AES_KEY is not the key it was written "
+                "with"
+            ) from None
+        raise
 
 
 def serde_from_env() -> SerializerProtocol:
@@ -131,15 +221,7 @@ class Session:
 
     def run(self, operation: Operation[T]) -> T:
         """Run a read ``operation`` (without the saver's index creation on first use)."""
-        try:
-            return run(self.collections, operation)
-        except NotImplementedError as exc:
-            if "+" in str(exc) and "serialization type" in str(exc):
-                raise click.ClickException(
-                    f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
-                    "written with"
-                ) from exc
-            raise
+        return run(self.collections, operation)
 
 
 def saver_on(client: Any, target: Target) -> MongoDBSaver:
@@ -161,10 +243,5 @@ def open_session(target: Target) -> Iterator[Session]:
     with open_client(target) as client:
         saver = saver_on(client, target)
         session = Session(saver, {**saver.collections, DATABASE: saver.db})
-        try:
-            session.server_sizes = session.run(measures_sizes())
-            yield session
-        except ConnectionFailure as exc:
-            raise click.ClickException(
-                f"cannot reach MongoDB at {target.uri or '$MONGODB_URI'}: {exc}"
-            ) from exc
+        session.server_sizes = session.run(measures_sizes())
+        yield session

@@ -1,8 +1,15 @@
-"""How commands print: rich tables for people, JSON for programs."""
+"""How commands print: rich tables for people, JSON for programs.
+
+Stored strings (ids, namespaces, metadata, message text) reach the terminal only through
+``console()``: it parses no markup or emoji codes, and shows control characters (C0, C1,
+DEL) and bidirectional overrides as escapes (``\\x1b``, ``\\u202e``), so no stored string can
+style, move or reorder what is printed. ``--json`` output is JSON-escaped already.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -14,6 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.filesize import decimal
 from rich.table import Table
+from rich.text import Text
 
 from mongo_ckpt.snapshots import jsonable
 
@@ -21,11 +29,42 @@ WIDTH_WHEN_PIPED = 150
 HEADING_WIDTH = 60
 
 
+# Control characters, DEL, C1, and the Unicode marks that reorder or break lines.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_LAYOUT = "\n\t"
+
+
+def visible(text: str, *, layout: bool = False) -> str:
+    """``text`` with each control or bidi character as an escape; ``layout``: keep
+    newlines and tabs (message text), else escape them too (an id, a table cell)."""
+
+    def escaped(match: re.Match[str]) -> str:
+        char = match.group()
+        if layout and char in _LAYOUT:
+            return char
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNSAFE.sub(escaped, text)
+
+
+class SafeConsole(Console):
+    """A console that renders every string as literal, visible text (see the module
+    docstring): no markup, no emoji codes, no terminal control."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        kwargs.update(markup=False, emoji=False)
+        return super().render_str(visible(text, layout=True), **kwargs)
+
+
 def console() -> Console:
     """A console on the current stdout; wide enough for ids when output is not a terminal."""
     terminal = sys.stdout.isatty()
     width = None if terminal else max(shutil.get_terminal_size((0, 0)).columns, WIDTH_WHEN_PIPED)
-    return Console(file=sys.stdout, width=width, highlight=False, soft_wrap=not terminal)
+    return SafeConsole(
+        file=sys.stdout, width=width, highlight=False, soft_wrap=not terminal, markup=False,
+        emoji=False,
+    )
 
 
 def emit_json(data: Any) -> None:
@@ -63,13 +102,14 @@ def cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, (list, tuple)):
-        return ", ".join(repr(v) if v == "" else str(v) for v in value)
-    return str(value)
+        return ", ".join(repr(v) if v == "" else visible(str(v)) for v in value)
+    return visible(str(value))
 
 
 def heading(out: Console, text: str) -> None:
     """A section heading: ``── text ────``."""
-    out.print(f"── {text} " + "─" * max(3, HEADING_WIDTH - len(text)), markup=False)
+    text = visible(text)
+    out.print(f"── {text} " + "─" * max(3, HEADING_WIDTH - len(text)))
 
 
 def size(value: int) -> str:

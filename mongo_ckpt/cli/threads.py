@@ -200,7 +200,7 @@ def show(
         heading(out, channel)
         if is_conversation(value):
             for message in value:
-                out.print(message_line(message), markup=False)
+                out.print(message_line(message))
         else:
             out.print(Pretty(value))
     for channel in replayed:
@@ -211,7 +211,7 @@ def show(
         heading(out, "pending writes")
         for write in writes:
             line = f"{write['channel']} (task {write['task_id']}): {write['value']!r}"
-            out.print(line, markup=False)
+            out.print(line)
 
 
 @click.command()
@@ -241,7 +241,7 @@ def diff(
         if d.status == "appended":
             for item in d.appended or []:
                 line = message_line(item) if is_conversation([item]) else repr(item)
-                out.print(f"+ {line}", markup=False)
+                out.print(f"+ {line}")
         elif d.status in ("changed", "removed"):
             out.print("- ", Pretty(d.before))
             if d.status == "changed":

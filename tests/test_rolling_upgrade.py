@@ -1,0 +1,191 @@
+"""A rolling upgrade never truncates a conversation (DESIGN.md §2, "Old readers are not fed
+what they misread").
+
+The previous release (layout version 3, from this repository's history) runs as a separate
+process beside the current one on one thread; each answers from the conversation it reads.
+The current release writes what version 3 reads until the upgrade step records version 4;
+then it writes list deltas, and the previous release refuses to start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mongo_ckpt import MongoDBSaver, listdelta
+from mongo_ckpt.cli import CliState, cli
+from mongo_ckpt.layout import Layout
+from mongo_ckpt.schema import read_version, saver_key
+from tests.backends import sync_client, uri_for
+from tests.rolling_release import chat_graph, turn
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "rolling_release.py"
+GIT = shutil.which("git")
+BLOBS = Layout().blobs
+DELTAS = {"base": {"$exists": True}}  # value documents stored as list deltas
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
+    assert GIT is not None
+    return subprocess.run([GIT, "-C", str(ROOT), *args], capture_output=True)
+
+
+def previous_release() -> str | None:
+    """The newest commit of ``HEAD``'s history whose saver is at layout version 3 and has
+    no list deltas (no ``mongo_ckpt/listdelta.py``); ``None`` without git or that commit."""
+    if GIT is None:
+        return None
+    listed = _git("rev-list", "--topo-order", "HEAD")
+    revs = listed.stdout.decode().split() if listed.returncode == 0 else []
+    for start in range(0, len(revs), 100):
+        chunk = revs[start : start + 100]
+        at_3 = _having(chunk, "^SAVER_SCHEMA_VERSION = 3$", "mongo_ckpt/schema.py")
+        with_deltas = _having(chunk, "^", "mongo_ckpt/listdelta.py")
+        for rev in chunk:
+            if rev in at_3 and rev not in with_deltas:
+                return rev
+    return None
+
+
+def _having(revs: list[str], pattern: str, path: str) -> set[str]:
+    """The commits of ``revs`` whose ``path`` has a line matching ``pattern``."""
+    found = _git("grep", "-l", "-e", pattern, *revs, "--", path).stdout.decode()
+    return {line.split(":", 1)[0] for line in found.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def release_3(tmp_path_factory: Any) -> Path:
+    """The previous release's source, laid out as installed (``store/`` as
+    ``mongo_ckpt/store``)."""
+    rev = previous_release()
+    if rev is None:
+        pytest.skip("needs git and the repository's history (the layout-3 release commit)")
+    root = tmp_path_factory.mktemp("release3")
+    archive = _git("archive", rev, "mongo_ckpt", "store")
+    assert archive.returncode == 0, archive.stderr
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    (root / "store").rename(root / "mongo_ckpt" / "store")
+    print(f"previous release: commit {rev[:12]}")
+    return root
+
+
+class Release3:
+    """A running process of the previous release (``tests/rolling_release.py``)."""
+
+    def __init__(self, tree: Path, uri: str, db_name: str, direct: bool) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        self.process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), uri, db_name, "1" if direct else "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.started = self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(30)
+            assert self.process.stderr is not None
+            raise AssertionError(f"the previous release failed: {self.process.stderr.read()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def turn(self, text: str) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def stop(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(params=["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)])
+def database(request: Any) -> Iterator[tuple[str, Any, str, bool]]:
+    """``(uri, sync client, fresh database name, directConnection)`` on the backend."""
+    backend = request.param
+    client = sync_client(backend)
+    db_name = f"t_roll_{uuid.uuid4().hex[:8]}"
+    try:
+        yield uri_for(backend), client, db_name, backend == "wire"
+    finally:
+        client.drop_database(db_name)
+        client.close()
+
+
+def test_previous_release_and_this_one_share_a_thread_then_upgrade(
+    release_3: Path, database: tuple[str, Any, str, bool], monkeypatch: Any
+) -> None:
+    uri, client, db_name, direct = database
+    old = Release3(release_3, uri, db_name, direct)
+    try:
+        assert old.started["ready"] == 3, old.started
+        assert old.started["module"].startswith(str(release_3))
+        # The new release starts on the database the old one set up: it keeps version 3.
+        saver = MongoDBSaver(client, db_name)
+        saver.setup()
+        assert read_version(client[db_name], saver_key("checkpoints")) == 3
+        graph = chat_graph(saver)
+        held = 0
+        sides = ["old", "new", "new", "old", "new", "old", "new", "old"]
+        for number, side in enumerate(sides, 1):
+            text = f"turn {number}"
+            answer = old.turn(text) if side == "old" else turn(graph, text)
+            print(
+                f"turn {number} ({side} release): read {answer['read']} messages, "
+                f"answered {answer['reply']!r}, stored {answer['stored']}"
+            )
+            assert answer == {"read": held, "reply": f"seen {held + 1}", "stored": held + 2}
+            held += 2
+        assert client[db_name][BLOBS].count_documents(DELTAS) == 0
+    finally:
+        old.stop()
+
+    # Every process runs the new release: the upgrade step records version 4.
+    result = CliRunner().invoke(cli, ["upgrade", "--db", db_name], obj=CliState(client=client))
+    assert result.exit_code == 0, result.output
+    print(f"mongo-ckpt upgrade: {result.output.strip()}")
+    assert result.output.strip() == f"{db_name}: layout version 3 -> version 4"
+    # The running saver reads the version again within a minute, without a restart.
+    real = time.monotonic
+    monkeypatch.setattr(listdelta, "monotonic", lambda: real() + 61)
+    for number in (len(sides) + 1, len(sides) + 2):
+        answer = turn(graph, f"turn {number}")
+        print(f"turn {number} (new release, upgraded): read {answer['read']} messages, "
+              f"stored {answer['stored']}")
+        assert answer == {"read": held, "reply": f"seen {held + 1}", "stored": held + 2}
+        held += 2
+    deltas = client[db_name][BLOBS].count_documents(DELTAS)
+    print(f"list deltas stored after the upgrade: {deltas}")
+    assert deltas > 0
+    reopened = chat_graph(MongoDBSaver(client, db_name))
+    assert len(reopened.get_state({"configurable": {"thread_id": "t"}}).values["messages"]) == held
+
+    late = Release3(release_3, uri, db_name, direct)
+    late.stop()
+    print(f"previous release started after the upgrade: {late.started['refused']}: "
+          f"{late.started['message']}")
+    assert late.started["refused"] == "SchemaTooNewError"
+    assert "layout version 4" in late.started["message"]
