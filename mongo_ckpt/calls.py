@@ -151,15 +151,15 @@ def find_cursor(
     projection: Mapping[str, Any] | None = None,
     sort: Sort | None = None,
     limit: int | None = None,
+    batch_size: int | None = None,
 ) -> Calling[Cursor]:
-    """``collection.find(filter, ...)`` as a cursor, read with ``next_batch``."""
-    options = _options(projection=projection, sort=sort, limit=limit)
+    """``collection.find(filter, ...)`` as a cursor, read with ``next_batch``
+    (``batch_size``: documents per reply from the server, which the driver holds at once)."""
+    options = _options(projection=projection, sort=sort, limit=limit, batch_size=batch_size)
     return (yield Call(collection, "find", (filter,), options, stream=True))
 
 
-def next_batch(
-    cursor: Cursor, size: int
-) -> Generator[NextBatch, list[Document], list[Document]]:
+def next_batch(cursor: Cursor, size: int) -> Generator[NextBatch, list[Document], list[Document]]:
     """Up to ``size`` further documents of ``cursor``; ``[]`` once it is exhausted."""
     return (yield NextBatch(cursor, size))
 

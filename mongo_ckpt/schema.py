@@ -26,7 +26,9 @@ Saver versions:
      reader of version 3 would take the tail for the whole list. No data changes.
 
 Store versions:
-  1. The current layout.
+  1. One document per item.
+  2. The namespace registry beside the items (``store/registry.py``); upgrading builds it
+     from the items. A reader of version 1 would write items without their entries.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ SAVER_SCHEMA_VERSION = 4
 SAVER_SETUP_VERSION = 3
 # The recorded saver version from which list deltas may be written.
 LIST_DELTAS_VERSION = 4
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000

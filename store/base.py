@@ -164,8 +164,9 @@ class MongoStoreBase(BaseStore):
         """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
         on new collections refuse another layout (``ForeignCollectionError``: the
         checkpointer's, langgraph-store-mongodb's; nothing written), then create the indexes
-        and record the version; where Atlas Vector Search exists, create the vector index
-        (idempotent; also done on first use).
+        and record the version (on a collection of layout version 1 also build the namespace
+        registry); where Atlas Vector Search exists, create the vector index (idempotent;
+        also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
         self._run(self._setup_once(), SpanInfo("setup"))

@@ -30,10 +30,8 @@ from pymongo import (
 )
 
 from mongo_ckpt.store.namespaces import joined, prefixes
-from mongo_ckpt.store.vectors import mean
+from mongo_ckpt.store.vectors import mean, packed
 
-# Unset when an overwrite does not write them (a store may switch to or from a serde).
-OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
 NO_VECTORS = {"embeddings": 0, "embedding": 0}
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)  # the expiry of items without one
 RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
@@ -144,23 +142,19 @@ def put_request(
         fields["expires_at"] = expiry(now, ttl_minutes)
         fields["ttl_minutes"] = ttl_minutes
     if vectors:
-        fields["embeddings"] = [{"path": label, "vector": v} for label, v in vectors]
+        fields["embeddings"] = [{"path": label, "vector": packed(v)} for label, v in vectors]
         if with_mean:
             fields["embedding"] = mean([v for _, v in vectors])
     # One update pipeline, so a put is one command: an expired copy the TTL monitor has
-    # not deleted yet counts as absent, and the item gets a fresh ``created_at``.
-    stages: list[dict[str, Any]] = [
-        {
-            "$set": {
-                **{name: {"$literal": v} for name, v in fields.items()},
-                "created_at": kept_created_at(now),
-            }
-        }
-    ]
-    stale = {name: 0 for name in OPTIONAL_FIELDS if name not in fields}
-    if stale:
-        stages.append({"$project": stale})
-    return UpdateOne(selector(namespace, key), stages, upsert=True)
+    # not deleted yet counts as absent, and the item gets a fresh ``created_at``. The item
+    # is replaced whole, in one stage: no field of an earlier form (a serde's, an old TTL)
+    # is left, with no ``$project`` to run after a ``$set``.
+    item = {
+        "_id": "$_id",
+        **{name: {"$literal": v} for name, v in {**selector(namespace, key), **fields}.items()},
+        "created_at": kept_created_at(now),
+    }
+    return UpdateOne(selector(namespace, key), [{"$replaceRoot": {"newRoot": item}}], upsert=True)
 
 
 def kept_created_at(now: datetime) -> dict[str, Any]:

@@ -14,10 +14,12 @@ from typing import Any
 
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.store import registry
 
 OFFICIAL_FIELD = "namespace_str"  # langgraph-store-mongodb's joined namespace
 SAVER_INDEXES = {"checkpoint_key", "blob_key", "write_key"}  # mongo_ckpt.layout
 ITEM_FIELDS = {"namespace", "ns", "key"}  # every item document of this store has them
+# (the namespace registry's entries, beside the items, have ``registry.LISTED`` instead)
 
 
 class ForeignCollectionError(MongoCkptError, ValueError):
@@ -46,7 +48,7 @@ def foreign_layout(
         fields = [field for field, _ in info.get("key", ())]
         if OFFICIAL_FIELD in fields:
             return f"langgraph-store-mongodb's index {name!r} on {', '.join(fields)}"
-        if "expireAfterSeconds" in info and fields != ["expires_at"]:
+        if "expireAfterSeconds" in info and fields not in (["expires_at"], [registry.UNTIL]):
             return (
                 f"a TTL index {name!r} on {', '.join(fields)} (langgraph-store-mongodb's "
                 "expires items by updated_at), which would delete this store's items"
@@ -59,7 +61,7 @@ def foreign_layout(
         return f"langgraph-store-mongodb items (documents with {OFFICIAL_FIELD})"
     if "thread_id" in sample or "checkpoint_id" in sample:
         return "checkpoint documents (a checkpointer's collection)"
-    if not sample.keys() >= ITEM_FIELDS:
+    if not sample.keys() >= ITEM_FIELDS and registry.LISTED not in sample:
         return f"documents of another layout (without the store's fields {sorted(ITEM_FIELDS)})"
     return None
 
@@ -67,7 +69,8 @@ def foreign_layout(
 def refusal(db_name: str, collection: str, found: str) -> ForeignCollectionError:
     """The error for ``collection`` holding ``found``."""
     hint = (
-        " (langgraph-store-mongodb items are not converted: see docs/migrating.md)"
+        " (convert langgraph-store-mongodb items into it with mongo-ckpt migrate "
+        "--from-official-store: see docs/store.md)"
         if "langgraph-store-mongodb" in found
         else ""
     )

@@ -91,17 +91,20 @@ def prefix_query(prefix: Sequence[str]) -> dict[str, Any]:
     return {"prefixes": joined(prefix)} if prefix else {}
 
 
-def match_clauses(conditions: Sequence[MatchCondition]) -> list[dict[str, Any]]:
-    """Query clauses for ``list_namespaces`` prefix/suffix conditions with ``*`` wildcards."""
+def match_clauses(
+    conditions: Sequence[MatchCondition], levels: str = "prefixes", labels: str = "namespace"
+) -> list[dict[str, Any]]:
+    """Query clauses for ``list_namespaces`` prefix/suffix conditions with ``*`` wildcards,
+    on documents holding the joined leading parts in ``levels`` and the labels in ``labels``."""
     clauses: list[dict[str, Any]] = []
     for condition in conditions:
         path = tuple(condition.path)
         if not path:
             continue
         if condition.match_type == "prefix":
-            clauses.extend(_prefix_clauses(path))
+            clauses.extend(_prefix_clauses(path, levels, labels))
         elif condition.match_type == "suffix":
-            clauses.append(_suffix_clause(path))
+            clauses.append(_suffix_clause(path, labels))
         else:
             raise ValueError(
                 f"match_type must be 'prefix' or 'suffix', got {condition.match_type!r}"
@@ -109,27 +112,25 @@ def match_clauses(conditions: Sequence[MatchCondition]) -> list[dict[str, Any]]:
     return clauses
 
 
-def _prefix_clauses(path: tuple[str, ...]) -> list[dict[str, Any]]:
-    # The leading labels before any wildcard are one indexed equality on ``prefixes``.
+def _prefix_clauses(path: tuple[str, ...], levels: str, labels: str) -> list[dict[str, Any]]:
+    # The leading labels before any wildcard are one indexed equality on ``levels``.
     fixed = 0
     while fixed < len(path) and path[fixed] != WILDCARD:
         fixed += 1
-    clauses = [prefix_query(path[:fixed])] if fixed else []
+    clauses: list[dict[str, Any]] = [{levels: joined(path[:fixed])}] if fixed else []
     clauses.extend(
-        {f"namespace.{i}": label}
-        for i, label in enumerate(path)
-        if i >= fixed and label != WILDCARD
+        {f"{labels}.{i}": label} for i, label in enumerate(path) if i >= fixed and label != WILDCARD
     )
     if path[-1] == WILDCARD:  # a trailing wildcard still needs a label there
-        clauses.append({f"namespace.{len(path) - 1}": {"$exists": True}})
+        clauses.append({f"{labels}.{len(path) - 1}": {"$exists": True}})
     return clauses
 
 
-def _suffix_clause(path: tuple[str, ...]) -> dict[str, Any]:
-    checks: list[dict[str, Any]] = [{"$gte": [{"$size": "$namespace"}, len(path)]}]
+def _suffix_clause(path: tuple[str, ...], labels: str) -> dict[str, Any]:
+    checks: list[dict[str, Any]] = [{"$gte": [{"$size": f"${labels}"}, len(path)]}]
     checks.extend(
         # A label is data, never a field path or an expression: ``$ns`` is the text "$ns".
-        {"$eq": [{"$arrayElemAt": ["$namespace", i - len(path)]}, {"$literal": label}]}
+        {"$eq": [{"$arrayElemAt": [f"${labels}", i - len(path)]}, {"$literal": label}]}
         for i, label in enumerate(path)
         if label != WILDCARD
     )

@@ -53,18 +53,27 @@ from mongo_ckpt.calls import (
 )
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.schema import SCHEMA
-from mongo_ckpt.store import documents, layouts, reading
+from mongo_ckpt.store import documents, layouts, reading, registry
 from mongo_ckpt.store.filters import matches, value_clauses
-from mongo_ckpt.store.namespaces import ItemKey, check_namespace, key_for, prefix_query, split
+from mongo_ckpt.store.namespaces import (
+    ItemKey,
+    check_namespace,
+    joined,
+    key_for,
+    prefix_query,
+    split,
+)
 from mongo_ckpt.store.reading import key_of
 from mongo_ckpt.store.vectors import (
     SEARCH_INDEX_NAME,
     Embedded,
     EmbeddingRequest,
     Path,
+    best,
     field_texts,
     index_paths,
     ranked,
+    score,
     search_index_model,
     vector_search_stage,
 )
@@ -126,9 +135,12 @@ class StoreOperations:
         has one."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
-        if (yield from schema.read(key, where)) != schema.STORE_SCHEMA_VERSION:
+        found = yield from schema.read(key, where)
+        if found != schema.STORE_SCHEMA_VERSION:
             yield from self._refuse_foreign(db_name, collection_name)
-            yield from create_indexes(STORE, documents.index_models())
+            yield from create_indexes(STORE, [*documents.index_models(), *registry.index_models()])
+            if found is not None:  # items of layout version 1: list their namespaces
+                yield from self.build_registry()
             yield from schema.record(key, {STORE: collection_name})
         if self.index and self.vector_search is None:
             try:
@@ -154,8 +166,25 @@ class StoreOperations:
             yield from create_search_index(STORE, search_index_model(self.index["dims"]))
         return True
 
+    def build_registry(self) -> Operation[None]:
+        """The namespace registry of the items already stored (upgrading layout version 1):
+        one entry per namespace with a live item."""
+        now = documents.utc_now()
+        found = yield from aggregate(STORE, registry.rebuild_pipeline())
+        requests = [
+            request
+            for doc in found
+            if reading.utc(doc["until"]) > now
+            for request in registry.put_requests(doc["namespace"], [reading.utc(doc["until"])])
+        ]
+        if requests:
+            yield from bulk_write(STORE, requests, ordered=False)
+
     def sweep_ttl(self) -> Operation[int]:
-        result = yield from delete_many(STORE, documents.expired(documents.utc_now()))
+        """Delete expired items now, and the registry entries whose items all expired."""
+        now = documents.utc_now()
+        result = yield from delete_many(STORE, documents.expired(now))
+        yield from delete_many(STORE, {registry.UNTIL: {"$lte": now}})
         return result.deleted_count
 
     # -- batch ----------------------------------------------------------------
@@ -196,8 +225,10 @@ class StoreOperations:
                 documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
             _check_value_size(op.namespace, key, op.value)
-        if op.index is not None and op.index is not False and (
-            isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index)
+        if (
+            op.index is not None
+            and op.index is not False
+            and (isinstance(op.index, str) or not all(isinstance(p, str) for p in op.index))
         ):
             raise TypeError(f"index must be False, None or a list of field paths, got {op.index!r}")
         item = key_for(op.namespace, key)
@@ -231,9 +262,7 @@ class StoreOperations:
             if op.refresh_ttl:
                 read.extend(doc for _, doc in page)
         for i, listing in plan.listings:
-            pipeline = reading.namespaces_pipeline(listing, self._visible(now))
-            listed = (yield from aggregate(STORE, pipeline)) if listing.limit else []
-            results[i] = reading.namespaces(listed)
+            results[i] = (yield from self._namespaces(listing, now)) if listing.limit else []
         writes = self._writes(plan, embedded, read, now)
         if writes:
             yield from bulk_write(STORE, writes, ordered=True)
@@ -268,11 +297,77 @@ class StoreOperations:
                 {"$project": {"embedding": 0}},
             ]
             docs = yield from aggregate(STORE, pipeline)
-        else:
-            query_doc = reading.search_query(op.namespace_prefix, server, self._visible(now))
-            docs = yield from find(STORE, query_doc, projection={"embedding": 0})
-        candidates = self._matching(docs, local)
-        return ranked(query, candidates)[op.offset : op.offset + op.limit]
+            return ranked(query, self._matching(docs, local))[op.offset : op.offset + op.limit]
+        return (yield from self._exact_search(op, query, server, local, now))
+
+    def _exact_search(
+        self,
+        op: SearchOp,
+        query: list[float],
+        server: list[dict[str, Any]],
+        local: list[dict[str, Any]],
+        now: datetime,
+    ) -> Operation[list[tuple[float | None, Mapping[str, Any]]]]:
+        """Rank every candidate exactly, read from one streamed ``find`` in replies of
+        ``MAX_READ_BATCH`` documents (one ``getMore`` each after the first): only the best
+        ``offset + limit`` are held between batches, and without their vectors."""
+        wanted = op.offset + op.limit
+        cursor = yield from find_cursor(
+            STORE,
+            reading.search_query(op.namespace_prefix, server, self._visible(now)),
+            projection={"embedding": 0},
+            batch_size=MAX_READ_BATCH,
+        )
+        kept: list[tuple[float | None, Mapping[str, Any]]] = []
+        while docs := (yield from next_batch(cursor, MAX_READ_BATCH)):
+            scored = ((score(query, doc), doc) for doc in self._matching(docs, local))
+            unvectored = ((s, {k: v for k, v in d.items() if k != "embeddings"}) for s, d in scored)
+            kept = best(kept, unvectored, wanted)
+        return kept[op.offset : wanted]
+
+    def _namespaces(self, op: ListNamespacesOp, now: datetime) -> Operation[list[tuple[str, ...]]]:
+        """One page of ``list_namespaces`` from the registry: one ``aggregate`` over its
+        entries, plus, for flagged entries the page meets, a probe of their items and the
+        exact entry written back, then the page read again."""
+        if not self.omit_expired:  # the registry does not know expired items still stored
+            grouped = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
+            return reading.namespaces(grouped)
+        live: dict[str, bool] = {}  # flagged entries probed by this listing: live or not
+        wanted = op.offset + op.limit
+        while True:
+            groups = yield from aggregate(STORE, registry.listing_pipeline(op, now, wanted))
+            unknown = {
+                entry
+                for group in groups
+                if not group["unflagged"]
+                for entry in group["flagged"]
+                if entry is not None and entry not in live
+            }
+            if unknown:
+                for doc in (yield from find(STORE, {"_id": {"$in": sorted(unknown)}})):
+                    live[doc["_id"]] = yield from self._settle(doc, now)
+                live.update((entry, False) for entry in unknown if entry not in live)
+                continue
+            listed: list[str] = [
+                group["_id"]
+                for group in groups
+                if group["unflagged"] or any(live.get(e, False) for e in group["flagged"])
+            ]
+            if len(groups) < wanted or len(listed) >= wanted:
+                return [split(ns) for ns in listed[op.offset : wanted]]
+            wanted += wanted - len(listed)  # some groups turned out empty: read further
+
+    def _settle(self, entry: Mapping[str, Any], now: datetime) -> Operation[bool]:
+        """Probe the items of a flagged registry entry and write it back exact (or remove
+        it), unless a write touched it meanwhile; whether its namespace has a live item."""
+        found = yield from aggregate(STORE, registry.probe_pipeline(entry[registry.LISTED]))
+        # No group for no items (mongomock returns one whose ``until`` is None).
+        latest = found[0]["until"] if found else None
+        until = None if latest is None else reading.utc(latest)
+        alive = until is not None and until > now
+        settled = registry.settled_request(entry, until if alive else None)
+        yield from bulk_write(STORE, [settled], ordered=True)
+        return alive
 
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
@@ -303,27 +398,45 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put or delete)."""
-        deletes: list[WriteRequest] = [
-            documents.delete_request(op.namespace, op.key)
-            for op in plan.puts.values()
-            if op.value is None
-        ]
-        updates = [
-            documents.put_request(
-                op.namespace,
-                op.key,
-                op.value,
-                op.ttl,
-                embedded.items.get(key_for(op.namespace, op.key), ()),
-                bool(self.vector_search),
-                self.serde,
-                now,
+        as one command, so this is at most two commands (one for a single put). Each
+        registry entry is written after its items (see ``registry``)."""
+        deleted: dict[str, None] = {}
+        expiries: dict[tuple[str, ...], list[datetime]] = {}
+        deletes: list[WriteRequest] = []
+        updates: list[WriteRequest] = []
+        for op in plan.puts.values():
+            if op.value is None:
+                deletes.append(documents.delete_request(op.namespace, op.key))
+                deleted[joined(op.namespace)] = None
+                continue
+            until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
+            expiries.setdefault(op.namespace, []).append(until)
+            updates.append(
+                documents.put_request(
+                    op.namespace,
+                    op.key,
+                    op.value,
+                    op.ttl,
+                    embedded.items.get(key_for(op.namespace, op.key), ()),
+                    bool(self.vector_search),
+                    self.serde,
+                    now,
+                )
             )
-            for op in plan.puts.values()
-            if op.value is not None
+        refreshed: dict[tuple[str, ...], datetime] = {}
+        for doc in read:
+            if doc.get("ttl_minutes") is not None:
+                namespace = tuple(doc["namespace"])
+                until = documents.expiry(now, doc["ttl_minutes"])
+                refreshed[namespace] = max(until, refreshed.get(namespace, until))
+        return [
+            *deletes,
+            *(registry.delete_request(ns) for ns in deleted),
+            *documents.refresh_requests(read, now),
+            *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
+            *updates,
+            *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]
-        return [*deletes, *documents.refresh_requests(read, now), *updates]
 
 
 def _check_page(limit: Any, offset: Any) -> None:

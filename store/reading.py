@@ -32,17 +32,25 @@ def get_query(keys: Iterable[ItemKey], now: datetime | None) -> dict[str, Any]:
     return {**pairs[0], **live(now)} if len(pairs) == 1 else {"$or": pairs, **live(now)}
 
 
+ONLY_ITEMS = {"key": {"$exists": True}}
+"""Items only: the namespace registry's entries share the collection."""
+
+
 def search_query(
     namespace_prefix: Sequence[str],
     value_clauses: Sequence[Mapping[str, Any]],
     now: datetime | None,
 ) -> dict[str, Any]:
-    return all_of([prefix_query(namespace_prefix), live(now), *value_clauses])
+    # A prefix matches items only; without one, registry entries are left out explicitly.
+    scope = prefix_query(namespace_prefix) or ONLY_ITEMS
+    return all_of([scope, live(now), *value_clauses])
 
 
 def namespaces_pipeline(op: ListNamespacesOp, now: datetime | None) -> list[dict[str, Any]]:
-    """Distinct namespaces of live items, truncated to ``max_depth``, sorted like tuples."""
-    query = all_of([live(now), *match_clauses(op.match_conditions or ())])
+    """Distinct namespaces of the items, truncated to ``max_depth``, sorted like tuples,
+    grouped from the items themselves: the listing of a store showing expired items
+    (``omit_expired=False``), which the registry does not track."""
+    query = all_of([ONLY_ITEMS, live(now), *match_clauses(op.match_conditions or ())])
     pipeline: list[dict[str, Any]] = [
         {"$match": query},
         {"$group": {"_id": depth_key(op.max_depth)}},
@@ -81,8 +89,8 @@ def item(doc: Mapping[str, Any]) -> Item:
         value=doc["value"],
         key=doc["key"],
         namespace=tuple(doc["namespace"]),
-        created_at=_utc(doc["created_at"]),
-        updated_at=_utc(doc["updated_at"]),
+        created_at=utc(doc["created_at"]),
+        updated_at=utc(doc["updated_at"]),
     )
 
 
@@ -91,13 +99,14 @@ def search_item(doc: Mapping[str, Any], score: float | None = None) -> SearchIte
         namespace=tuple(doc["namespace"]),
         key=doc["key"],
         value=doc["value"],
-        created_at=_utc(doc["created_at"]),
-        updated_at=_utc(doc["updated_at"]),
+        created_at=utc(doc["created_at"]),
+        updated_at=utc(doc["updated_at"]),
         score=score,
     )
 
 
-def _utc(moment: datetime) -> datetime:
+def utc(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC datetime."""
     # Drivers return naive UTC datetimes unless the client was made tz_aware.
     if moment.tzinfo is None:
         return moment.replace(tzinfo=timezone.utc)

@@ -1,24 +1,29 @@
 """Semantic search: which texts an item is embedded from, and how items are ranked.
 
 Every indexed field of an item (each element for a ``[*]`` path) gets its own
-vector, stored normalised to unit length in ``embeddings``; an item's score for
-a query is the best cosine similarity among its vectors, as in ``InMemoryStore``.
+vector, stored normalised to unit length in ``embeddings`` (packed: little-endian
+float64 in one BSON binary, so the server stores one value instead of one number per
+dimension); an item's score for a query is the best cosine similarity among its
+vectors, as in ``InMemoryStore``.
 
 Two modes: on a server with Atlas Vector Search (Atlas or ``mongodb-atlas-local``)
 ``$vectorSearch`` picks the candidates from an index over each item's mean
 vector; everywhere else every item that passes the namespace and value filter is
-a candidate. Candidates are then ranked exactly, by the same function.
+a candidate. Candidates are then ranked exactly, by the same function, streamed:
+only the best ``offset + limit`` are kept while they are read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import mul
 from typing import Any
 
+from bson import Binary
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import get_text_at_path, tokenize_path
 from pymongo.operations import SearchIndexModel
@@ -132,21 +137,41 @@ def mean(vectors: Sequence[Sequence[float]]) -> list[float]:
     return unit(total, len(total))
 
 
+def packed(vector: Sequence[float]) -> Binary:
+    """A vector as stored in ``embeddings``: its float64 values, little-endian."""
+    stored: Binary = Binary(struct.pack(f"<{len(vector)}d", *vector))
+    return stored
+
+
+def unpacked(stored: Any) -> Sequence[float]:
+    """A stored vector: packed, or a list of numbers (as layout version 1 wrote them)."""
+    if isinstance(stored, bytes):
+        return struct.unpack(f"<{len(stored) // 8}d", stored)
+    return stored  # type: ignore[no-any-return]
+
+
 def score(query: Sequence[float], doc: Mapping[str, Any]) -> float | None:
     """Best cosine similarity between ``query`` and the item's vectors (``None``: no vectors)."""
-    vectors = [e["vector"] for e in doc.get("embeddings") or ()]
+    vectors = [unpacked(e["vector"]) for e in doc.get("embeddings") or ()]
     return max((sum(map(mul, query, v)) for v in vectors), default=None)
 
 
-def ranked(
-    query: Sequence[float], docs: Iterable[Mapping[str, Any]]
-) -> list[tuple[float | None, Mapping[str, Any]]]:
+Scored = tuple[float | None, Mapping[str, Any]]
+
+
+def ranked(query: Sequence[float], docs: Iterable[Mapping[str, Any]]) -> list[Scored]:
     """Candidates by score, best first; items without vectors last, newest first within ties."""
-    scored = [(score(query, d), d) for d in docs]
-    scored.sort(key=lambda pair: (pair[1]["ns"], pair[1]["key"]))
-    scored.sort(key=lambda pair: pair[1]["updated_at"], reverse=True)
-    scored.sort(key=lambda pair: (pair[0] is not None, pair[0] or 0.0), reverse=True)
-    return scored
+    return best([], ((score(query, d), d) for d in docs), None)
+
+
+def best(kept: list[Scored], scored: Iterable[Scored], k: int | None) -> list[Scored]:
+    """The ``k`` best of ``kept`` (already in order) and ``scored`` (all for ``None``), in
+    ``ranked`` order; what a streamed search holds between batches."""
+    merged = [*kept, *scored]
+    merged.sort(key=lambda pair: (pair[1]["ns"], pair[1]["key"]))
+    merged.sort(key=lambda pair: pair[1]["updated_at"], reverse=True)
+    merged.sort(key=lambda pair: (pair[0] is not None, pair[0] or 0.0), reverse=True)
+    return merged if k is None else merged[:k]
 
 
 def search_index_model(dims: int) -> SearchIndexModel:

@@ -15,6 +15,7 @@ import pytest
 from langchain_core.embeddings import Embeddings
 
 from mongo_ckpt.store.operations import STORE
+from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import count_calls, total
 from tests.saver_support import AwaitableMethods
 
@@ -65,7 +66,7 @@ class StoreApi(AwaitableMethods):
         self.store = store
 
     async def items(self) -> list[tuple[Any, ...]]:
-        cursor = self.store.collections[STORE].find({})
+        cursor = self.store.collections[STORE].find(ONLY_ITEMS)
         docs = [d async for d in cursor] if self.is_async else list(cursor)
         return sorted((tuple(d["namespace"]), d["key"], repr(d.get("value"))) for d in docs)
 

@@ -240,8 +240,8 @@ async def test_store_refuses_an_official_store_collection(
         "index 'namespace_str_1_key_1' on namespace_str, key, not mongo-ckpt store items: the "
         "store would misread it, or its indexes would refuse or delete the store's items. Give "
         "the store a collection of its own with collection_name= (default 'store') "
-        "(langgraph-store-mongodb items are not converted: see docs/migrating.md); nothing "
-        "was written"
+        "(convert langgraph-store-mongodb items into it with mongo-ckpt migrate "
+        "--from-official-store: see docs/store.md); nothing was written"
     )
     # Its TTL index alone, or its documents alone, are refused too.
     ttl = client[db_name]["ttl-store"]

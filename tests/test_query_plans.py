@@ -37,6 +37,7 @@ from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.documents import index_models as store_index_models
+from mongo_ckpt.store.registry import index_models as registry_index_models
 from tests.backends import MONGODB_URI, uri_for
 from tests.graphs import chat_builder, thread
 
@@ -285,5 +286,8 @@ def test_every_declared_index_is_read(recorded: tuple[Any, Recorder, bool]) -> N
         (collection, model.document["name"])
         for collection, models in index_models(Layout()).items()
         for model in models
-    } | {(STORE_COLLECTION, model.document["name"]) for model in store_index_models()}
+    } | {
+        (STORE_COLLECTION, model.document["name"])
+        for model in [*store_index_models(), *registry_index_models()]
+    }
     assert declared <= used, f"indexes no hot-path query reads: {declared - used}"

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from langgraph.store.base import GetOp, SearchOp
 
-from mongo_ckpt.store.documents import index_models
+from mongo_ckpt.store import registry
+from mongo_ckpt.store.documents import FOREVER, index_models
 from tests.backends import maybe_await
 
 
@@ -18,10 +19,21 @@ async def _doc(store: Any, key: str) -> dict[str, Any] | None:
 
 
 async def _expire_in(store: Any, key: str, seconds: float) -> None:
-    """Move an item's expiry (into the past for a negative ``seconds``)."""
+    """Move an item's expiry (into the past for a negative ``seconds``), and its
+    namespace's registry entry to the latest expiry of its items, as the clock passing
+    would leave them."""
     moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
     update = {"$set": {"expires_at": moment}}
-    await maybe_await(store.collections["store"].update_one({"key": key}, update))
+    collection = store.collections["store"]
+    ns = (await _doc(store, key))["ns"]
+    await maybe_await(collection.update_one({"key": key}, update))
+    found = collection.find({"ns": ns})
+    docs = [d async for d in found] if hasattr(found, "__aiter__") else list(found)
+    until = max(
+        (d.get("expires_at", FOREVER).replace(tzinfo=timezone.utc) for d in docs), default=moment
+    )
+    entry = {"_id": registry.entry_id(ns)}
+    await maybe_await(collection.update_one(entry, {"$set": {registry.UNTIL: until}}))
 
 
 async def _expire(store: Any, key: str) -> None:
@@ -168,7 +180,9 @@ async def test_ttl_index_lets_the_server_delete(make_astore: Any, request: Any) 
     assert list(info["expires_at"]["key"]) == [("expires_at", 1)]
     assert info["expires_at"]["expireAfterSeconds"] == 0
     assert [m.document["name"] for m in index_models()] == [
-        "namespace_key", "prefix_recency", "expires_at"
+        "namespace_key",
+        "prefix_recency",
+        "expires_at",
     ]
     if request.node.callspec.params["aclient"][0] == "mongodb":
         return  # MongoDB's TTL monitor runs once a minute: too slow to wait for here

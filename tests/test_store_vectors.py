@@ -77,11 +77,14 @@ async def test_star_paths_embed_each_element(make_astore: Any) -> None:
     await store.aput(("n",), "doc", value)
     await store.aput(("n",), "other", {"chunks": [{"text": "apple ocean tree"}]})
     assert embeddings.document_calls == [
-        ["red apple", "blue ocean", "green tree"], ["apple ocean tree"]
+        ["red apple", "blue ocean", "green tree"],
+        ["apple ocean tree"],
     ]
     doc = await _raw(store, "doc")
     assert [e["path"] for e in doc["embeddings"]] == [
-        "chunks[*].text.0", "chunks[*].text.1", "chunks[*].text.2"
+        "chunks[*].text.0",
+        "chunks[*].text.1",
+        "chunks[*].text.2",
     ]
     top = await store.asearch(("n",), query="blue ocean", limit=2)
     assert [i.key for i in top] == ["doc", "other"]
@@ -240,7 +243,10 @@ def test_setup_creates_the_atlas_index_when_missing() -> None:
     assert calls[1].method == "create_search_index"
     assert model["type"] == "vectorSearch" and model["name"] == SEARCH_INDEX_NAME
     assert model["definition"]["fields"][0] == {
-        "type": "vector", "path": "embedding", "numDimensions": 3, "similarity": "cosine"
+        "type": "vector",
+        "path": "embedding",
+        "numDimensions": 3,
+        "similarity": "cosine",
     }
     calls, _ = _drive(ops.ensure_search_index(), [[{"name": SEARCH_INDEX_NAME}]])
     assert [c.method for c in calls] == ["aggregate"]  # present: nothing created
@@ -270,14 +276,56 @@ def test_atlas_puts_store_the_mean_vector() -> None:
     embedded = Embedded(items={("a", "k"): [("a", [1.0, 0.0]), ("b", [0.0, 1.0])]})
     [call], _ = _drive(ops.run_plan(plan, embedded), [None])
     upsert = next(r for r in call.args[0] if isinstance(r, UpdateOne))
-    fields = upsert._doc[0]["$set"]  # an update pipeline: literals in its first $set
+    fields = upsert._doc[0]["$replaceRoot"]["newRoot"]  # an update pipeline of literals
     assert fields["embedding"]["$literal"] == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
     assert [e["path"] for e in fields["embeddings"]["$literal"]] == ["a", "b"]
 
 
 def _doc(key: str, vector: list[float]) -> dict[str, Any]:
     return {
-        "_id": key, "ns": "a\x00b", "key": key, "namespace": ["a", "b"], "value": {"n": 2},
-        "created_at": datetime(2026, 1, 1), "updated_at": datetime(2026, 1, 1),
+        "_id": key,
+        "ns": "a\x00b",
+        "key": key,
+        "namespace": ["a", "b"],
+        "value": {"n": 2},
+        "created_at": datetime(2026, 1, 1),
+        "updated_at": datetime(2026, 1, 1),
         "embeddings": [{"path": "text", "vector": vector}],
     }
+
+
+def test_exact_search_streams_and_keeps_only_the_page(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25 candidates read in replies of 10 (``MAX_READ_BATCH``, 1,000 in the library):
+    never more than offset + limit kept between them, and the page equals InMemoryStore's."""
+    from mongo_ckpt.store import operations
+
+    index = _index(fields=["text"])
+    store = make_store(index=index, exact_search=True)
+    reference = InMemoryStore(index=_index(fields=["text"]))  # type: ignore[arg-type]
+    words = ["red", "green", "blue", "apple", "pear", "sky", "sea", "tree"]
+    ops = [
+        PutOp(("big",), f"k{i:04}", {"text": f"{words[i % 8]} {words[i * 3 % 8]} n{i}"})
+        for i in range(25)
+    ]
+    store.batch(ops)
+    reference.batch(ops)
+    held: list[int] = []
+    real_best = operations.best
+
+    def recording_best(*args: Any) -> Any:
+        kept = real_best(*args)
+        held.append(len(kept))
+        return kept
+
+    monkeypatch.setattr(operations, "best", recording_best)
+    monkeypatch.setattr(operations, "MAX_READ_BATCH", 10)
+    calls = count_calls(store.collections)
+    found = store.search(("big",), query="blue sea", limit=4, offset=2)
+    assert held == [6, 6, 6]  # one per reply
+    assert dict(calls) == {("store", "find"): 1}
+    expected = reference.search(("big",), query="blue sea", limit=4, offset=2)
+    assert [(i.key, round(i.score, 9)) for i in found] == [
+        (i.key, round(i.score, 9)) for i in expected
+    ]

@@ -24,6 +24,7 @@ from mongo_ckpt.cli.options import (
     target_options,
 )
 from mongo_ckpt.cli.output import console
+from mongo_ckpt.cli.store_migrate import migrate_store
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
     DEFAULT_BATCH,
@@ -121,6 +122,19 @@ def _source_collections(ctx: click.Context, param: click.Parameter, value: str) 
 )
 @click.option("--verify", is_flag=True, help="Compare every migrated thread with the source.")
 @click.option("--restart", is_flag=True, help="Ignore the progress of an earlier run.")
+@click.option(
+    "--from-official-store",
+    is_flag=True,
+    help="Source: a langgraph-store-mongodb collection (--source-store), into the store.",
+)
+@click.option(
+    "--source-store", default="store", show_default=True, help="Official store collection."
+)
+@click.option(
+    "--store-collection", default="store", show_default=True, help="Target store collection."
+)
+@click.option("--vector-field", help="Copy vectors: the one indexed field of both stores.")
+@click.option("--vector-dims", type=click.IntRange(min=1), help="Copy vectors of these dimensions.")
 @target_options
 def migrate(
     target: Target,
@@ -130,11 +144,35 @@ def migrate(
     batch: int,
     verify: bool,
     restart: bool,
+    from_official_store: bool,
+    source_store: str,
+    store_collection: str,
+    vector_field: str | None,
+    vector_dims: int | None,
 ) -> int:
     """Run the migration, then the verification if asked; exit status 1 on mismatches,
     3 when threads were skipped."""
-    if not from_official:  # the only source there is; required so the command says so
-        raise click.UsageError("say what to migrate from: --from-official")
+    if from_official_store:
+        if from_official:
+            raise click.UsageError(
+                "migrate one source at a time: --from-official or --from-official-store"
+            )
+        code = migrate_store(
+            target,
+            source_db=source_db,
+            source_collection=source_store,
+            store_collection=store_collection,
+            vector_field=vector_field,
+            vector_dims=vector_dims,
+            batch=batch,
+            verify=verify,
+            restart=restart,
+        )
+        if code:
+            raise click.exceptions.Exit(code)
+        return 0
+    if not from_official:  # required so the command says what it migrates from
+        raise click.UsageError("say what to migrate from: --from-official or --from-official-store")
     source = Source(source_db, *source_collections)
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
     with open_client(target) as client:

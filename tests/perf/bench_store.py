@@ -9,8 +9,16 @@ wall time for two batches, on each backend, for both stores in the same run:
 With ``--scale 1000,10000,50000`` it instead fills each store with that many items
 (``users`` × 100 ``memories`` namespaces, in batches of 1,000 puts) and measures single
 operations at that size: put (overwrite), get, search with a filter in one user's
-namespace, vector search in one user's namespace (mongo-ckpt only: the official store
-needs Atlas ``$vectorSearch``), list_namespaces, and the 1,000-put ingestion batches.
+namespace, vector search in one user's namespace and over every item (one namespace
+prefix holding all of them; mongo-ckpt only: the official store needs Atlas
+``$vectorSearch``),
+list_namespaces (the first call after ingestion, which settles the new namespaces'
+registry entries, and then the steady state; and of ``TEAMS`` namespaces that exist at
+every scale, one item each), and the 1,000-put ingestion batches.
+
+With ``--vector-memory 1000,10000,50000`` it times one exact vector search over one
+namespace of each size and measures the client's peak memory (``tracemalloc``) against a
+SecantusDB server in its own process.
 
 Run from the repository root (not collected by pytest)::
 
@@ -26,6 +34,7 @@ import argparse
 import statistics
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,10 +58,12 @@ from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 DOC = REPO / "docs" / "store.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
+VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
 PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
 USERS = 4
+TEAMS = 10  # namespaces under ("teams",) at every scale: a listing of a fixed number of them
 ITEMS = 16
 
 
@@ -243,6 +254,75 @@ class ScaleRow:
     ms: float
 
 
+def peak_kib(action: Callable[[], Any]) -> float:
+    """The peak of Python's allocations while ``action`` runs, in KiB."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1] / 1024
+    finally:
+        tracemalloc.stop()
+
+
+@contextmanager
+def server_process() -> Iterator[str]:
+    """A SecantusDB server in its own process, so that ``tracemalloc`` here sees only the
+    client (the wire backend of the tests runs in this process)."""
+    import socket
+    import subprocess
+    import tempfile
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as storage:
+        args = [sys.executable, "-m", "secantus", "--port", str(port), "--storage-path", storage]
+        server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+            MongoClient(uri, serverSelectionTimeoutMS=30_000).admin.command("ping")
+            yield uri
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def vector_memory(sizes: list[int], limits: list[int]) -> str:
+    """Time and client-side peak memory of one exact vector search over one namespace of
+    each size, for each ``limit``: the table of ``--vector-memory``."""
+    lines = [
+        "| items in the namespace | limit | median ms (3 runs) | peak KiB (client) |",
+        "|---:|---:|---:|---:|",
+    ]
+    with server_process() as uri:
+        client: MongoClient = MongoClient(uri)
+        for items in sizes:
+            client.drop_database("bench_vectors")
+            index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
+            store = MongoDBStore(client, "bench_vectors", index=index, exact_search=True)  # type: ignore[arg-type]
+            for start in range(0, items, INGEST_BATCH):
+                stop = min(start + INGEST_BATCH, items)
+                store.batch([PutOp(("docs",), f"d{i}", value(i)) for i in range(start, stop)])
+            for limit in limits:
+
+                def search(store: Any = store, limit: int = limit) -> Any:
+                    return store.search(("docs",), query="memory number 7", limit=limit)
+
+                times = []
+                for _ in range(3):
+                    started = time.perf_counter()
+                    search()
+                    times.append((time.perf_counter() - started) * 1000)
+                peak = peak_kib(search)
+                lines.append(
+                    f"| {items:,} | {limit} | {statistics.median(times):.0f} | {peak:,.0f} |"
+                )
+                print(lines[-1], flush=True)
+        client.drop_database("bench_vectors")
+        client.close()
+    return "\n".join(lines)
+
+
 def measure(
     backend: Backend, calls: Counter, action: Callable[[int], Any], repeat: int
 ) -> tuple[float, float | None, float]:
@@ -305,15 +385,26 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
                 repeat,
             ),
         )
-    row(
-        "list_namespaces (depth 2, 100)",
-        measure(
-            backend,
-            calls,
-            lambda i: store.list_namespaces(prefix=("users",), max_depth=2, limit=100),
-            repeat,
-        ),
-    )
+    if store_name != OFFICIAL:
+
+        def search_all(i: int) -> Any:
+            return store.search(("users",), query=f"memory number {i}", limit=10)
+
+        row(f"vector search, all {items:,} items", measure(backend, calls, search_all, 2))
+
+    def listing(i: int) -> Any:
+        return store.list_namespaces(prefix=("users",), max_depth=2, limit=100)
+
+    store.batch([PutOp(("teams", f"t{t}"), "k", value(t)) for t in range(TEAMS)])
+    store.list_namespaces(prefix=("teams",))  # settles the new entries (not timed)
+
+    def teams(i: int) -> Any:
+        return store.list_namespaces(prefix=("teams",), max_depth=2, limit=100)
+
+    if store_name != OFFICIAL:
+        row("list_namespaces, first after ingestion", measure(backend, calls, listing, 1))
+    row("list_namespaces (depth 2, 100)", measure(backend, calls, listing, repeat))
+    row(f"list_namespaces, {TEAMS} fixed namespaces", measure(backend, calls, teams, repeat))
     backend.client.drop_database(db)
     return rows
 
@@ -338,7 +429,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", action="store_true", help="update docs/store.md")
     parser.add_argument("--scale", help="comma-separated item counts, e.g. 1000,10000,50000")
+    parser.add_argument(
+        "--vector-memory",
+        help="comma-separated namespace sizes: exact vector search time and client memory",
+    )
     args = parser.parse_args()
+    if args.vector_memory:
+        text = vector_memory([int(n) for n in args.vector_memory.split(",")], [10, 100])
+        print(text)
+        if args.write:
+            write(text, VECTOR_BEGIN, VECTOR_END)
+        return
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
     if args.scale:
         scaled: list[ScaleRow] = []
@@ -348,7 +449,7 @@ def main() -> None:
                     for items in (int(n) for n in args.scale.split(",")):
                         for store_name in ("mongo-ckpt", OFFICIAL):
                             scaled += bench_scaled(backend, store_name, items, args.repeat)
-                            print(scale_table(scaled[-6:]), flush=True)
+                            print(scale_table(scaled[-9:]), flush=True)
         finally:
             stop_wire()
         text = scale_table(scaled)

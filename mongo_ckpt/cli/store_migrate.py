@@ -1,0 +1,110 @@
+"""``mongo-ckpt migrate --from-official-store``: the terminal side of
+``mongo_ckpt.store.migration`` (options are wired in ``cli/migrate.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mongo_ckpt.cli.options import Target, open_client
+from mongo_ckpt.store import MongoDBStore
+from mongo_ckpt.store.migration import (
+    StoreProgress,
+    Vectors,
+    migrate_official_store,
+    verify_official_store,
+)
+
+
+@contextmanager
+def _bar(label: str, shown: bool) -> Iterator[Any]:
+    """A progress bar on stderr counted in source items, when it is a terminal."""
+    if not shown:
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("items"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(counts: StoreProgress) -> None:
+            bar.update(task, total=counts.total, completed=counts.items + counts.expired)
+
+        yield update
+
+
+def migrate_store(
+    target: Target,
+    *,
+    source_db: str,
+    source_collection: str,
+    store_collection: str,
+    vector_field: str | None,
+    vector_dims: int | None,
+    batch: int,
+    verify: bool,
+    restart: bool,
+) -> int:
+    """Run the store migration (and ``--verify``); exit code 1 on mismatches."""
+    if (vector_field is None) != (vector_dims is None):
+        raise click.UsageError("--vector-field and --vector-dims go together")
+    vectors = Vectors(vector_field, vector_dims) if vector_field and vector_dims else None
+    shown = not target.json and sys.stderr.isatty()
+    report: dict[str, Any] = {
+        "source": {"db": source_db, "collection": source_collection},
+        "target": {"db": target.db, "collection": store_collection},
+    }
+    with open_client(target) as client:
+        source = client[source_db][source_collection]
+        store = MongoDBStore(client, target.db, collection_name=store_collection)
+        started = time.perf_counter()
+        try:
+            with _bar("migrating", shown) as progress:
+                done = migrate_official_store(
+                    source, store, vectors=vectors, batch=batch, restart=restart, progress=progress
+                )
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        report["migrated"] = {
+            "items": done.items,
+            "expired_skipped": done.expired,
+            "vectors": done.vectors,
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        if verify:
+            started = time.perf_counter()
+            with _bar("verifying", shown) as progress:
+                checked = verify_official_store(source, store, progress=progress)
+            report["verified"] = {
+                "items": checked.items,
+                "seconds": round(time.perf_counter() - started, 2),
+                "mismatches": checked.mismatches,
+            }
+    if target.json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        m = report["migrated"]
+        click.echo(
+            f"store {source_db}.{source_collection} -> {target.db}.{store_collection}: "
+            f"{m['items']} items ({m['vectors']} with vectors), {m['expired_skipped']} expired "
+            f"left out, {m['seconds']} s"
+        )
+        if verify:
+            v = report["verified"]
+            click.echo(f"verified {v['items']} items: {len(v['mismatches'])} mismatches")
+            for mismatch in v["mismatches"][:20]:
+                click.echo(f"mismatch {json.dumps(mismatch, default=str)}")
+    return 1 if report.get("verified", {}).get("mismatches") else 0

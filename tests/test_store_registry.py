@@ -1,0 +1,300 @@
+"""The namespace registry behind ``list_namespaces``: what it lists after deletes, shorter
+TTLs and expiry, the upgrade that builds it, and races between the writes of the last item
+of a namespace and the listing that settles its entry.
+
+The race test steps two writers (a delete and a put of the last item of one namespace) and
+a lister call by call, each bulk write split into its requests, through every interleaving,
+on mock; after each run the listing equals the items, and the lister's own answer was true
+at some moment while it ran. A threaded stress does the same on the wire server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from langgraph.store.base import ListNamespacesOp, Op, PutOp
+
+from mongo_ckpt import schema
+from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.drivers import execute
+from mongo_ckpt.store import MongoDBStore, documents, registry
+from mongo_ckpt.store.reading import ONLY_ITEMS
+from mongo_ckpt.store.vectors import Embedded
+from tests.backends import maybe_await, sync_client, uri_for
+from tests.store_support import StoreApi
+
+NS = ("users", "u1", "memories")
+
+
+def _listed(store: Any) -> list[tuple[str, ...]]:
+    return store.list_namespaces(limit=1000)
+
+
+def _truth(store: Any) -> list[tuple[str, ...]]:
+    """The namespaces with a live item, read from the items themselves."""
+    now = documents.utc_now()
+    query = {**ONLY_ITEMS, **documents.live(now)}
+    return sorted({tuple(d["namespace"]) for d in store.collections["store"].find(query)})
+
+
+async def test_deleting_the_last_item_unlists_its_namespace(store_api: Any) -> None:
+    await store_api.put(NS, "a", {"v": 1})
+    await store_api.put(NS, "b", {"v": 1})
+    await store_api.put(("other",), "a", {"v": 1})
+    await store_api.delete(NS, "a")
+    assert await store_api.list_namespaces() == [("other",), NS]
+    await store_api.delete(NS, "b")
+    assert await store_api.list_namespaces() == [("other",)]
+    assert await store_api.list_namespaces(prefix=("users",)) == []
+    await store_api.put(NS, "c", {"v": 1})
+    assert await store_api.list_namespaces(prefix=("users",), max_depth=2) == [("users", "u1")]
+
+
+async def test_pages_skip_emptied_namespaces(store_api: Any) -> None:
+    names = [("n", f"{i:02}") for i in range(12)]
+    await store_api.batch([PutOp(ns, "k", {"v": 1}) for ns in names])
+    await store_api.batch([PutOp(ns, "k", None) for ns in names[1:9]])
+    assert await store_api.list_namespaces(limit=2) == [names[0], names[9]]
+    assert await store_api.list_namespaces(limit=2, offset=1) == [names[9], names[10]]
+    assert await store_api.list_namespaces(max_depth=1) == [("n",)]
+
+
+def _expire_now(store: Any, key: str) -> None:
+    """Move an item's expiry into the past as the clock would (its entry is left alone:
+    the overwrite with a shorter TTL flagged it)."""
+    past = documents.utc_now() - timedelta(seconds=1)
+    store.collections["store"].update_one({"key": key}, {"$set": {"expires_at": past}})
+
+
+def test_a_shorter_ttl_on_the_last_item_is_noticed(make_store: Any) -> None:
+    store = make_store()
+    store.setup()
+    store.collections["store"].drop_index("expires_at")  # expired items stay stored
+    store.put(NS, "k", {"v": 1})  # never expires
+    store.put(NS, "k", {"v": 2}, ttl=5)  # now it does: the entry is flagged
+    _expire_now(store, "k")
+    assert _listed(store) == []
+    assert (
+        store.collections["store"].count_documents(
+            {"_id": registry.entry_id("users\x00u1\x00memories")}
+        )
+        == 0
+    )
+
+
+def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) -> None:
+    store = make_store(ttl={"omit_expired": False})
+    store.setup()
+    store.collections["store"].drop_index("expires_at")
+    store.put(NS, "k", {"v": 1}, ttl=5)
+    _expire_now(store, "k")
+    assert _listed(store) == [NS]
+
+
+async def test_upgrade_from_layout_1_builds_the_registry(store_api: Any) -> None:
+    await store_api.put(NS, "a", {"v": 1})
+    await store_api.put(("t",), "a", {"v": 1}, ttl=5)
+    collection = store_api.store.collections["store"]
+    # As the previous release left it: no registry, layout version 1.
+    await maybe_await(collection.delete_many({registry.LISTED: {"$exists": True}}))
+    key = schema.store_key(collection.name)
+    await maybe_await(
+        store_api.store.collections[schema.SCHEMA].update_one(
+            {"_id": key}, {"$set": {"version": 1}}
+        )
+    )
+    again = StoreApi(type(store_api.store)(store_api.store.client, store_api.store.db.name))
+    await again.setup()
+    assert await again.list_namespaces() == [("t",), NS]
+    doc = await maybe_await(store_api.store.collections[schema.SCHEMA].find_one({"_id": key}))
+    assert doc["version"] == schema.STORE_SCHEMA_VERSION
+
+
+# -- races, step by step on mock -------------------------------------------------------
+
+
+class Stepper:
+    """An operation run one step at a time: each collection call, and each request of a
+    bulk write on its own (the server may interleave other writes between them)."""
+
+    def __init__(self, operation: Operation[Any]) -> None:
+        self._operation = operation
+        self._queue: list[Call] = []
+        self._sent: Any = None
+        self.done = False
+        self.result: Any = None
+        self._advance()
+
+    def _advance(self) -> None:
+        try:
+            step = self._operation.send(self._sent)
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+            return
+        assert isinstance(step, Call)
+        if step.method == "bulk_write":
+            self._queue = [
+                Call(step.collection, step.method, ([r],), step.kwargs) for r in step.args[0]
+            ]
+        else:
+            self._queue = [step]
+
+    def step(self, collections: dict[str, Any]) -> None:
+        call = self._queue.pop(0)
+        result = execute(collections, call)
+        if not self._queue:
+            self._sent = None if call.method == "bulk_write" else result
+            self._advance()
+
+
+def _operation(store: MongoDBStore, ops: list[Op]) -> Operation[Any]:
+    return store.ops.run_plan(store.ops.plan(ops), Embedded())
+
+
+LISTING = ListNamespacesOp(match_conditions=(), max_depth=None, limit=10, offset=0)
+SCENARIOS = {
+    "delete k, put j": ([PutOp(NS, "k", None)], [PutOp(NS, "j", {"v": 2})]),
+    "delete k, put k": ([PutOp(NS, "k", None)], [PutOp(NS, "k", {"v": 2})]),
+    "delete k, put j with a ttl": ([PutOp(NS, "k", None)], [PutOp(NS, "j", {"v": 2}, ttl=5)]),
+    "put k with a ttl, delete k": ([PutOp(NS, "k", {"v": 2}, ttl=5)], [PutOp(NS, "k", None)]),
+}
+
+
+def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
+    """Every unflagged entry lists exactly a namespace with a live item; every namespace
+    with a live item has an entry."""
+    now = documents.utc_now()
+    live = {registry_key(ns) for ns in _truth(store)}
+    entries = list(store.collections["store"].find({registry.LISTED: {"$exists": True}}))
+    for entry in entries:
+        listed = entry[registry.UNTIL].replace(tzinfo=now.tzinfo) > now
+        if not entry.get("recheck"):
+            assert listed == (entry[registry.LISTED] in live), (schedule, entry)
+    assert live <= {
+        e[registry.LISTED] for e in entries if e[registry.UNTIL].replace(tzinfo=now.tzinfo) > now
+    }
+
+
+def registry_key(namespace: tuple[str, ...]) -> str:
+    return "\x00".join(namespace)
+
+
+class Race:
+    """Two writers and a lister on one namespace whose last item is ``k``, replayed from
+    the start for every schedule."""
+
+    def __init__(self, store: MongoDBStore, writers: tuple[list[Op], list[Op]]) -> None:
+        self.store = store
+        store.put(NS, "k", {"v": 1})
+        self.start = list(store.collections["store"].find({}))
+        self.actors = [*writers, [LISTING]]
+        self.schedules = 0
+        self.steps = 0
+
+    def replay(self, schedule: list[int]) -> tuple[list[Stepper], list[tuple[int, int]]]:
+        """Run ``schedule`` from a fresh start; each actor's stepper and (first, last) step."""
+        collection = self.store.collections["store"]
+        collection.delete_many({})
+        collection.insert_many([dict(doc) for doc in self.start])
+        runs = [Stepper(_operation(self.store, ops)) for ops in self.actors]
+        spans: dict[int, tuple[int, int]] = {}
+        for position, actor in enumerate(schedule):
+            runs[actor].step(self.store.collections)
+            spans[actor] = (spans.get(actor, (position, position))[0], position)
+        return runs, [spans.get(actor, (-1, -1)) for actor in range(len(runs))]
+
+    def linearizable(self, spans: list[tuple[int, int]]) -> set[bool]:
+        """Whether the namespace is listed, in each order of the three operations that
+        respects real time (an operation that ended before another began comes first)."""
+        answers = set()
+        for order in itertools.permutations(range(3)):
+            if any(
+                spans[later][1] < spans[earlier][0]
+                for i, earlier in enumerate(order)
+                for later in order[i + 1 :]
+            ):
+                continue
+            keys = {"k"}
+            for actor in order[: order.index(2)]:
+                (op,) = self.actors[actor]
+                assert isinstance(op, PutOp)
+                keys = keys - {op.key} if op.value is None else keys | {op.key}
+            answers.add(bool(keys))
+        return answers
+
+    def explore(self, schedule: list[int]) -> None:
+        runs, spans = self.replay(schedule)
+        waiting = [actor for actor, run in enumerate(runs) if not run.done]
+        if waiting:
+            for actor in waiting:
+                self.explore([*schedule, actor])
+            return
+        self.schedules += 1
+        self.steps = max(self.steps, len(schedule))
+        _entries_are_exact(self.store, schedule)
+        assert (runs[2].result[0] == [NS]) in self.linearizable(spans), (schedule, runs[2].result)
+        assert _listed(self.store) == _truth(self.store)
+        assert _listed(self.store) == _truth(self.store)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_interleaving_of_the_last_items_writes_and_a_listing(
+    scenario: str, db_name: str
+) -> None:
+    client = sync_client("mock")
+    store = MongoDBStore(client, db_name)
+    store.setup()
+    race = Race(store, SCENARIOS[scenario])
+    race.explore([])
+    assert race.schedules >= 20  # the lister settled a flagged entry in many of them
+    print(f"{scenario}: {race.schedules} interleavings, up to {race.steps} steps")
+    client.drop_database(db_name)
+
+
+def test_threaded_writers_and_listers_on_wire(db_name: str) -> None:
+    from pymongo import MongoClient
+
+    client: MongoClient[Any] = MongoClient(uri_for("wire"), directConnection=True)
+    store = MongoDBStore(client, db_name)
+    store.setup()
+    names = [("race", f"n{i}") for i in range(3)]
+    errors: list[BaseException] = []
+    listings: list[int] = []
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(40):
+                ns = rng.choice(names)
+                if rng.random() < 0.5:
+                    store.put(ns, "k", {"v": seed}, ttl=rng.choice([None, 5]))
+                else:
+                    store.delete(ns, "k")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def lister() -> None:
+        try:
+            for _ in range(40):
+                store.list_namespaces(prefix=("race",))
+                listings.append(1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    threads += [threading.Thread(target=lister) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(listings) == 80
+    assert _listed(store) == _truth(store)
+    assert _listed(store) == _truth(store)
+    client.drop_database(db_name)
+    client.close()
