@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -33,6 +34,26 @@ T = TypeVar("T")
 _SPAN_NAMES = {"_setup_once": "setup"}
 
 
+def _one_spelling(name: str, value: T | None, official: str, official_value: T | None) -> T | None:
+    """The option given as ``name`` or as its official spelling ``official``, not both."""
+    if value is not None and official_value is not None:
+        raise TypeError(
+            f"{name}= and {official}= are two spellings of one option (ours and "
+            f"langgraph-store-mongodb's): pass one of them"
+        )
+    return value if value is not None else official_value
+
+
+def unused_index_keys(keys: list[str]) -> str:
+    """The warning for the keys of an index configuration the store does not read (the
+    rest of langgraph-store-mongodb's ``VectorIndexConfig``)."""
+    return (
+        f"index keys {', '.join(map(repr, keys))} are ignored: mongo_ckpt.store reads only "
+        f"{', '.join(map(repr, IndexConfig.__annotations__))} (its search index, similarity "
+        "and vector field are its own, docs/store.md)"
+    )
+
+
 class MongoStoreBase(BaseStore):
     """State and the public API common to ``MongoDBStore`` and ``AsyncMongoDBStore``.
 
@@ -61,7 +82,9 @@ class MongoStoreBase(BaseStore):
 
         ``client`` may also be a collection (``MongoDBStore(collection, ttl_config=...,
         index_config=...)``, as in langgraph-store-mongodb); ``ttl_config`` and
-        ``index_config`` are the official names of ``ttl`` and ``index``;
+        ``index_config`` are the official names of ``ttl`` and ``index`` (both spellings of
+        one option together are a ``TypeError``; the keys of the official
+        ``VectorIndexConfig`` besides ``dims``, ``embed`` and ``fields`` are a warning);
         ``auto_index_timeout`` is accepted for compatibility and ignored.
 
         ``exact_search=True`` ranks every candidate exactly even where Atlas Vector Search
@@ -83,8 +106,11 @@ class MongoStoreBase(BaseStore):
             client = client.database.client
         adopt_client(self, client)
         check_names({STORE: collection_name}, {STORE: "collection_name"})
-        index = index if index is not None else index_config
-        ttl = ttl if ttl is not None else ttl_config
+        index = _one_spelling("index", index, "index_config", index_config)
+        ttl = _one_spelling("ttl", ttl, "ttl_config", ttl_config)
+        unused = sorted(set(index or {}) - set(IndexConfig.__annotations__))
+        if unused:
+            warnings.warn(unused_index_keys(unused), UserWarning, stacklevel=2)
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
         default_ttl = (ttl or {}).get("default_ttl")
