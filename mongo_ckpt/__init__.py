@@ -7,8 +7,11 @@ from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
-from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
+from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired, library_version
 from mongo_ckpt.tombstones import StaleParentError
+
+# The installed distribution's version (its metadata); "(source)" in a tree not installed.
+__version__ = library_version()
 
 __all__ = [
     "AsyncMongoDBSaver",
@@ -21,4 +24,5 @@ __all__ = [
     "SchemaUpgradeRequired",
     "StaleParentError",
     "ThreadExistsError",
+    "__version__",
 ]

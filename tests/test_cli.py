@@ -634,7 +634,7 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     versions.update_one(key, {"$set": {"version": SAVER_SCHEMA_VERSION + 1}})
     newer = fresh.invoke("doctor")
     assert newer.exit_code == 1
-    assert "pip install -U mongo-ckpt" in newer.output
+    assert "upgrade mongo-ckpt to a newer release" in newer.output
     versions.update_one(key, {"$set": {"version": 3}})
     pending = schema()
     assert pending["status"] == "warn"

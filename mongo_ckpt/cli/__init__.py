@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import click
 
+from mongo_ckpt import __version__
 from mongo_ckpt.cli.demo import demo
 from mongo_ckpt.cli.doctor import doctor
 from mongo_ckpt.cli.maintenance import copy, delete, prune
@@ -37,6 +38,9 @@ class _InOrder(click.Group):
     name="mongo-ckpt",
     help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(
+    __version__, "--version", prog_name="mongo-ckpt", message="%(prog)s %(version)s"
 )
 def cli() -> None:
     """The command group; each subcommand is added below."""
