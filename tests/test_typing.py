@@ -102,3 +102,33 @@ def test_wrong_clients_arguments_and_statements_are_mypy_errors(misuse_output: s
         if line.startswith("misuse_script.py:") and ": error: " in line
     }
     assert flagged == refused, misuse_output
+
+
+@pytest.mark.exhaustive
+def test_readmes_editable_install_is_seen_by_mypy(tmp_path: Path) -> None:
+    """``pip install -e . --config-settings editable_mode=strict`` (the README's) in a new
+    virtual environment: mypy finds ``mongo_ckpt.store`` and its types."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "-e",
+         str(ROOT), "--config-settings", "editable_mode=strict"],
+        check=True, timeout=300, cwd=tmp_path,
+    )
+    script = tmp_path / "uses_the_store.py"
+    script.write_text(
+        "from mongo_ckpt.store import MongoDBStore\n"
+        "def f(uri: str) -> None:\n"
+        "    with MongoDBStore.from_conn_string(uri) as store:\n"
+        "        reveal_type(store)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", python,
+         "--cache-dir", str(tmp_path / "cache"), str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert 'Revealed type is "mongo_ckpt.store.sync.MongoDBStore"' in done.stdout, done.stdout
+    assert done.returncode == 0, done.stdout
