@@ -36,7 +36,11 @@ class _InOrder(click.Group):
 @click.group(
     cls=_InOrder,
     name="mongo-ckpt",
-    help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
+    help=(
+        "mongo-ckpt: LangGraph checkpoints and memory on MongoDB.\n\nExit status: 0 done, "
+        "1 error, 2 usage error, 3 nothing matched (no such thread, no mongo-ckpt data in "
+        "--db; migrate: threads skipped)."
+    ),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(
