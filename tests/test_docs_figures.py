@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from langchain_core.messages import HumanMessage
 
+import mongo_ckpt
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli
 from tests.backends import sync_client
@@ -175,3 +176,24 @@ def matches(command: str, documented: list[str], printed: list[str]) -> bool:
     return [_masked(printed[0]), _masked(printed[-1])] == [
         _masked(documented[0]), _masked(documented[-1])
     ]
+
+
+# -- the package ----------------------------------------------------------------------
+
+
+def test_the_changelog_starts_at_the_installed_version() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    first = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert first and first.group(1) == version == mongo_ckpt.__version__
+    done = subprocess.run([sys.executable, "-m", "mongo_ckpt", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == f"mongo-ckpt {version}"
+
+
+def test_no_page_installs_from_a_package_index() -> None:
+    """mongo-ckpt is installed from a clone or a wheel built from one (README, Install)."""
+    pages = [ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "mongo_ckpt").rglob("*.py"))]
+    claim = re.compile(r"pip install (-U )?'?mongo-ckpt|pypi\.org/project/mongo-ckpt")
+    assert [p.name for p in pages if claim.search(p.read_text())] == []
