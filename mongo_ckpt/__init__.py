@@ -9,7 +9,10 @@ from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
-from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired
+from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired, library_version
+
+# The installed distribution's version (its metadata); "(source)" in a tree not installed.
+__version__ = library_version()
 
 __all__ = [
     "AsyncMongoDBSaver",
@@ -23,4 +26,5 @@ __all__ = [
     "SchemaUpgradeRequired",
     "StaleParentError",
     "ThreadExistsError",
+    "__version__",
 ]

@@ -8,12 +8,12 @@ another thread, as LangGraph's other async savers do.
 from __future__ import annotations
 
 from mongo_ckpt.base import MongoSaverBase
-from mongo_ckpt.connection import AsyncClientOwner
+from mongo_ckpt.connection import AsyncClient, AsyncClientOwner
 from mongo_ckpt.drivers import AsyncDriver
 from mongo_ckpt.schema import UPGRADE_LIMIT
 
 
-class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase):
+class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase[AsyncClient]):
     """LangGraph checkpointer on an asynchronous MongoDB client.
 
     Example:

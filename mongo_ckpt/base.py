@@ -6,7 +6,7 @@ import builtins
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -20,12 +20,15 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
+from typing_extensions import Self
 
 from mongo_ckpt import maintenance
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.connection import (
     DEFAULT_DB_NAME,
     DEFAULT_WRITE_CONCERN,
+    ClientT,
+    Owned,
     adopt_client,
     with_write_concern,
 )
@@ -44,15 +47,16 @@ STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
 
-class MongoSaverBase(BaseCheckpointSaver[str]):
-    """State and the public API common to ``MongoDBSaver`` and ``AsyncMongoDBSaver``.
+class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
+    """State and the public API common to ``MongoDBSaver`` and ``AsyncMongoDBSaver``
+    (``ClientT``: the clients the class accepts).
 
     Subclasses mix in the four drivers ``_run``, ``_iter``, ``_arun`` and ``_aiter``.
     """
 
     def __init__(
         self,
-        client: Any,
+        client: ClientT,
         db_name: str = DEFAULT_DB_NAME,
         checkpoint_collection_name: str = "checkpoints",
         writes_collection_name: str = "checkpoint_writes",
@@ -91,8 +95,9 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         """
         adopt_client(self, client)
         super().__init__(serde=serde)
-        self.client = client
-        self.db = client[db_name]
+        given: Any = client  # ClientT is a union of client types: one client's API
+        self.client = given
+        self.db = given[db_name]
         self.layout = Layout(
             checkpoint_collection_name, blobs_collection_name, writes_collection_name
         )
@@ -123,6 +128,43 @@ class MongoSaverBase(BaseCheckpointSaver[str]):
         self._is_setup = False
         self._tracer = operation_tracer(tracing, db_name)
         self._upgrade_limit: int | None = UPGRADE_LIMIT
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        db_name: str = DEFAULT_DB_NAME,
+        checkpoint_collection_name: str = "checkpoints",
+        writes_collection_name: str = "checkpoint_writes",
+        ttl: float | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        blobs_collection_name: str = "checkpoint_blobs",
+        filterable_metadata_keys: Collection[str] | None = None,
+        sweep_interval: float | None = None,
+        write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
+        list_deltas: bool = True,
+        tracing: Tracing | None = None,
+        client_kwargs: dict[str, Any] | None = None,
+        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
+    ) -> Owned[Self]:
+        """A saver on a new client of the class's mode (``MongoClient``,
+        ``AsyncMongoClient``), closed when the context exits: ``with
+        MongoDBSaver.from_conn_string(uri) as saver``, ``async with
+        AsyncMongoDBSaver.from_conn_string(uri) as saver``. The arguments are the
+        constructor's, in the official package's order; ``client_kwargs`` go to the client,
+        whose ``timeoutMS`` is 10 s unless the URI, ``timeoutMS`` or ``client_kwargs`` set it.
+        """
+        return Owned(
+            cls, conn_string, client_kwargs, timeoutMS,
+            lambda client: cls(
+                client, db_name, checkpoint_collection_name, writes_collection_name, ttl,
+                serde, blobs_collection_name=blobs_collection_name,
+                filterable_metadata_keys=filterable_metadata_keys,
+                sweep_interval=sweep_interval, write_concern=write_concern,
+                list_deltas=list_deltas, tracing=tracing,
+            ),
+        )
 
     @property
     def checkpoint_collection(self) -> Any:

@@ -5,18 +5,42 @@ savers write with, and, for the async classes, the event loop they run on."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
-from typing_extensions import Self
 
 from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
+if TYPE_CHECKING:  # Motor and the mongomock packages are optional: imported for types only.
+    import mongomock
+    from mongomock_motor import AsyncMongoMockClient, AsyncMongoMockCollection
+    from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorCollection
+    from pymongo.asynchronous.collection import AsyncCollection as PyMongoAsyncCollection
+    from pymongo.collection import Collection
+
 T = TypeVar("T")
+# The client type of a saver, store or cache class: ``SyncClient`` or ``AsyncClient``;
+# a store's may also be a collection of that client (``SyncCollection``...).
+ClientT = TypeVar("ClientT")
+CollectionT = TypeVar("CollectionT")
+# The clients each mode accepts (``_ACCEPTED``), as the constructors' ``client`` annotation.
+SyncClient: TypeAlias = "MongoClient[Any] | mongomock.MongoClient[Any]"
+AsyncClient: TypeAlias = (
+    "AsyncMongoClient[Any] | AsyncIOMotorClient[Any] | AsyncMongoMockClient[Any]"
+)
+SyncCollection: TypeAlias = "Collection[Any] | mongomock.Collection[Any]"
+AsyncCollection: TypeAlias = (
+    "PyMongoAsyncCollection[Any] | AsyncIOMotorCollection[Any] | AsyncMongoMockCollection[Any]"
+)
 
 DEFAULT_DB_NAME = "checkpointing_db"
 # Every operation of a client made by ``from_conn_string`` (and the demo) gives up after
@@ -142,30 +166,27 @@ class ClientOwner:
 
 
 class SyncClientOwner(ClientOwner):
-    """``from_conn_string`` for classes built as ``cls(client, db_name, **kwargs)``."""
+    """A class on a synchronous client; ``owning`` is what its ``from_conn_string`` runs."""
 
     client_mode: ClassVar[Mode] = "sync"
 
-    @classmethod
+    @staticmethod
     @contextmanager
-    def from_conn_string(
-        cls,
+    def owning(
         conn_string: str,
-        db_name: str = DEFAULT_DB_NAME,
-        *args: Any,
-        client_kwargs: dict[str, Any] | None = None,
-        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
-        **kwargs: Any,
-    ) -> Iterator[Self]:
-        """An instance on a new ``MongoClient`` that is closed when the context exits.
+        client_kwargs: dict[str, Any] | None,
+        timeout_ms: int | None,
+        build: Callable[[MongoClient[dict[str, Any]]], T],
+    ) -> Iterator[T]:
+        """``build(client)`` on a new ``MongoClient`` that is closed when the context exits.
 
-        The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
-        ``timeoutMS`` keyword or ``client_kwargs`` set it.
+        The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI,
+        ``timeout_ms`` or ``client_kwargs`` set it.
         """
-        options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
+        options = _client_kwargs(conn_string, client_kwargs, timeout_ms)
         client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
         try:
-            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = build(client)
             try:
                 yield owner
             finally:
@@ -176,7 +197,8 @@ class SyncClientOwner(ClientOwner):
 
 
 class AsyncClientOwner(ClientOwner):
-    """``from_conn_string`` on ``AsyncMongoClient``, and the loop sync calls are sent to."""
+    """A class on an asynchronous client (``owning`` on ``AsyncMongoClient``), and the loop
+    its sync calls are sent to."""
 
     client_mode: ClassVar[Mode] = "async"
     loop: asyncio.AbstractEventLoop | None = None
@@ -188,26 +210,20 @@ class AsyncClientOwner(ClientOwner):
         except RuntimeError:
             self.loop = None
 
-    @classmethod
+    @staticmethod
     @asynccontextmanager
-    async def from_conn_string(
-        cls,
+    async def owning(
         conn_string: str,
-        db_name: str = DEFAULT_DB_NAME,
-        *args: Any,
-        client_kwargs: dict[str, Any] | None = None,
-        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
-        **kwargs: Any,
-    ) -> AsyncIterator[Self]:
-        """An instance on a new ``AsyncMongoClient`` that is closed when the context exits.
-
-        The client's ``timeoutMS`` is ``DEFAULT_TIMEOUT_MS`` (10 s) unless the URI, the
-        ``timeoutMS`` keyword or ``client_kwargs`` set it.
-        """
-        options = _client_kwargs(conn_string, client_kwargs, timeoutMS)
+        client_kwargs: dict[str, Any] | None,
+        timeout_ms: int | None,
+        build: Callable[[AsyncMongoClient[dict[str, Any]]], T],
+    ) -> AsyncIterator[T]:
+        """``build(client)`` on a new ``AsyncMongoClient`` that is closed when the context
+        exits (``timeoutMS`` as in ``SyncClientOwner.owning``)."""
+        options = _client_kwargs(conn_string, client_kwargs, timeout_ms)
         client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
         try:
-            owner = cls(client, db_name, *args, **kwargs)  # type: ignore[call-arg]
+            owner = build(client)
             try:
                 yield owner
             finally:
@@ -221,3 +237,52 @@ class AsyncClientOwner(ClientOwner):
 
     def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return run_on_loop(coro, self.loop, type(self).__name__)
+
+
+SyncOwnerT = TypeVar("SyncOwnerT", bound=SyncClientOwner)
+AsyncOwnerT = TypeVar("AsyncOwnerT", bound=AsyncClientOwner)
+
+
+class Owned(Generic[T]):
+    """What ``from_conn_string`` returns: ``with`` it on a sync class, ``async with`` on an
+    async one, for the instance ``build(client)`` on a new client closed on exit (the
+    class's ``owning``). Typed so that the other statement is a mypy error."""
+
+    _sync: AbstractContextManager[Any]
+    _async: AbstractAsyncContextManager[Any]
+
+    def __init__(
+        self,
+        owner: type[Any],
+        conn_string: str,
+        client_kwargs: dict[str, Any] | None,
+        timeout_ms: int | None,
+        build: Callable[[Any], T],
+    ) -> None:
+        self._owner = owner
+        self._arguments = (conn_string, client_kwargs, timeout_ms, build)
+
+    def _statement(self, sync: bool) -> None:
+        if issubclass(self._owner, SyncClientOwner) != sync:
+            right = "with" if not sync else "async with"
+            raise TypeError(
+                f"{self._owner.__name__}.from_conn_string(...) is used with `{right}`"
+            )
+
+    def __enter__(self: Owned[SyncOwnerT]) -> SyncOwnerT:
+        self._statement(sync=True)
+        self._sync = SyncClientOwner.owning(*self._arguments)
+        owner: SyncOwnerT = self._sync.__enter__()
+        return owner
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self._sync.__exit__(*exc_info)
+
+    async def __aenter__(self: Owned[AsyncOwnerT]) -> AsyncOwnerT:
+        self._statement(sync=False)
+        self._async = AsyncClientOwner.owning(*self._arguments)
+        owner: AsyncOwnerT = await self._async.__aenter__()
+        return owner
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._async.__aexit__(*exc_info)

@@ -50,8 +50,8 @@ MEMORY_TURNS = ("My name is Ada.", "I like green tea.")
 CACHE_TTL_SECONDS = 600
 SOURCE = "mongo_ckpt/demo.py"
 IN_PROCESS_MISSING = (
-    "The in-process backend needs mongomock-motor, which comes with the test extra:\n"
-    "    pip install -e '.[test]'      (or: pip install mongomock-motor)\n"
+    "The in-process backend needs mongomock-motor, which comes with the demo extra:\n"
+    "    pip install -e '.[demo]'      (or: pip install mongomock-motor)\n"
     "or point the demo at a MongoDB server:\n"
     "    MONGODB_URI='mongodb://localhost:27017/?directConnection=true' "
     "python -m mongo_ckpt demo"

@@ -139,7 +139,7 @@ def schema_version(
     if found is not None and found > current:
         return Finding(
             check, "fail", f"version {found}, newer than version {current} this mongo-ckpt reads",
-            "upgrade mongo-ckpt (pip install -U mongo-ckpt) before reading this data",
+            "upgrade mongo-ckpt to a newer release before reading this data",
         )
     if found is not None:
         return Finding(check, "fail", f"version {found}, older than {current}", f"run `{upgrade}`")

@@ -286,6 +286,13 @@ def schema_version(key: str) -> Operation[int | None]:
     return version_of((yield from find_one(SCHEMA, {"_id": key})))
 
 
+def stored_threads(thread_ids: Sequence[str]) -> Operation[list[str]]:
+    """Those of ``thread_ids`` that have a checkpoint, sorted."""
+    query = {"thread_id": {"$in": sorted(thread_ids)}}
+    found = yield from distinct(CHECKPOINTS, "thread_id", query)
+    return sorted(found)
+
+
 def idle_threads(cutoff: datetime) -> Operation[list[str]]:
     """Threads without a checkpoint written since ``cutoff``, sorted."""
     docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))

@@ -556,6 +556,12 @@ def _collections(saver: MongoDBSaver, source: Source) -> dict[str, Any]:
             "collection names), since the source is never modified"
         )
     db = saver.client[source.db]
+    if source.checkpoints not in db.list_collection_names():
+        raise ValueError(
+            f"database {source.db!r} has no collection {source.checkpoints!r}: no "
+            "langgraph-checkpoint-mongodb data to migrate; name the official saver's database "
+            "(and its collections, if not the default ones)"
+        )
     return {
         **saver.collections,
         SOURCE_CHECKPOINTS: db[source.checkpoints],

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from mongo_ckpt.base import MongoSaverBase
-from mongo_ckpt.connection import SyncClientOwner
+from mongo_ckpt.connection import SyncClient, SyncClientOwner
 from mongo_ckpt.drivers import SyncDriver
 
 
-class MongoDBSaver(SyncClientOwner, SyncDriver, MongoSaverBase):
+class MongoDBSaver(SyncClientOwner, SyncDriver, MongoSaverBase[SyncClient]):
     """LangGraph checkpointer on a synchronous MongoDB client (``MongoClient``, mongomock).
 
     The async methods run the sync ones in a worker thread.

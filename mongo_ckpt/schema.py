@@ -103,7 +103,7 @@ def read(key: str, where: str) -> Operation[int | None]:
         raise SchemaTooNewError(
             f"{where} holds layout version {found} (written by {written_by}), newer than "
             f"version {current} that mongo-ckpt {library_version()} reads: upgrade mongo-ckpt "
-            "(pip install -U mongo-ckpt) instead of reading this data with an older release"
+            "to a newer release instead of reading this data with an older one"
         )
     return found
 

@@ -11,14 +11,16 @@ import asyncio
 import logging
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
-from mongo_ckpt.connection import AsyncClientOwner
+from mongo_ckpt.connection import AsyncClient, AsyncClientOwner, AsyncCollection
 from mongo_ckpt.drivers import AsyncDriver
 from mongo_ckpt.store.base import MongoStoreBase
 
 logger = logging.getLogger(__name__)
 
 
-class AsyncMongoDBStore(AsyncClientOwner, AsyncDriver, MongoStoreBase):
+class AsyncMongoDBStore(
+    AsyncClientOwner, AsyncDriver, MongoStoreBase[AsyncClient, AsyncCollection]
+):
     """LangGraph ``BaseStore`` on an asynchronous MongoDB client.
 
     Example:

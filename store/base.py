@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -20,7 +21,7 @@ from typing_extensions import Self
 
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, CollectionT, Owned, adopt_client
 from mongo_ckpt.layout import check_names
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
@@ -31,18 +32,39 @@ from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 T = TypeVar("T")
 
 
-class MongoStoreBase(BaseStore):
-    """State and the public API common to ``MongoDBStore`` and ``AsyncMongoDBStore``.
+def _one_spelling(name: str, value: T | None, official: str, official_value: T | None) -> T | None:
+    """The option given as ``name`` or as its official spelling ``official``, not both."""
+    if value is not None and official_value is not None:
+        raise TypeError(
+            f"{name}= and {official}= are two spellings of one option (ours and "
+            f"langgraph-store-mongodb's): pass one of them"
+        )
+    return value if value is not None else official_value
+
+
+def unused_index_keys(keys: list[str]) -> str:
+    """The warning for the keys of an index configuration the store does not read (the
+    rest of langgraph-store-mongodb's ``VectorIndexConfig``)."""
+    return (
+        f"index keys {', '.join(map(repr, keys))} are ignored: mongo_ckpt.store reads only "
+        f"{', '.join(map(repr, IndexConfig.__annotations__))} (its search index, similarity "
+        "and vector field are its own, docs/store.md)"
+    )
+
+
+class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
+    """State and the public API common to ``MongoDBStore`` and ``AsyncMongoDBStore``
+    (``ClientT``, ``CollectionT``: the clients the class accepts, and their collections).
 
     Subclasses mix in the drivers ``_run`` and ``_arun``.
     """
 
     supports_ttl: bool = True
-    _saver_type: ClassVar[type[MongoSaverBase]]
+    _saver_type: ClassVar[type[MongoSaverBase[Any]]]
 
     def __init__(
         self,
-        client: Any,
+        client: ClientT | CollectionT,
         db_name: Any = DEFAULT_DB_NAME,
         collection_name: str = "store",
         ttl_config: TTLConfig | None = None,
@@ -59,7 +81,9 @@ class MongoStoreBase(BaseStore):
 
         ``client`` may also be a collection (``MongoDBStore(collection, ttl_config=...,
         index_config=...)``, as in langgraph-store-mongodb); ``ttl_config`` and
-        ``index_config`` are the official names of ``ttl`` and ``index``;
+        ``index_config`` are the official names of ``ttl`` and ``index`` (both spellings of
+        one option together are a ``TypeError``; the keys of the official
+        ``VectorIndexConfig`` besides ``dims``, ``embed`` and ``fields`` are a warning);
         ``auto_index_timeout`` is accepted for compatibility and ignored.
 
         ``exact_search=True`` ranks every candidate exactly even where Atlas Vector Search
@@ -73,16 +97,20 @@ class MongoStoreBase(BaseStore):
         ``tracing``: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
         traced when a global tracer provider is set (see docs/observability.md).
         """
-        if _is_collection(client):  # MongoDBStore(collection, ttl_config=..., index_config=...)
+        given: Any = client
+        if _is_collection(given):  # MongoDBStore(collection, ttl_config=..., index_config=...)
             if isinstance(db_name, Mapping):  # the official positional order
                 db_name, ttl_config = DEFAULT_DB_NAME, db_name
-            collection_name = client.name
-            db_name = client.database.name
-            client = client.database.client
-        adopt_client(self, client)
+            collection_name = given.name
+            db_name = given.database.name
+            given = given.database.client
+        adopt_client(self, given)
         check_names({STORE: collection_name}, {STORE: "collection_name"})
-        index = index if index is not None else index_config
-        ttl = ttl if ttl is not None else ttl_config
+        index = _one_spelling("index", index, "index_config", index_config)
+        ttl = _one_spelling("ttl", ttl, "ttl_config", ttl_config)
+        unused = sorted(set(index or {}) - set(IndexConfig.__annotations__))
+        if unused:
+            warnings.warn(unused_index_keys(unused), UserWarning, stacklevel=2)
         if index is not None and not (isinstance(index.get("dims"), int) and index["dims"] > 0):
             raise ValueError("IndexConfig needs 'dims', the positive size of the vectors")
         default_ttl = (ttl or {}).get("default_ttl")
@@ -95,8 +123,8 @@ class MongoStoreBase(BaseStore):
                 f"serde must have dumps_typed and loads_typed (a SerializerProtocol such as "
                 f"EncryptedSerializer), got {type(serde).__name__}"
             )
-        self.client = client
-        self.db = client[db_name]
+        self.client: Any = given
+        self.db = given[db_name]
         self.index_config = index
         self.ttl_config = ttl
         self.embeddings = ensure_embeddings(index.get("embed")) if index else None
@@ -111,6 +139,36 @@ class MongoStoreBase(BaseStore):
         }
         self._is_setup = False
         self._tracer = operation_tracer(tracing, self.db.name)
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        db_name: str = DEFAULT_DB_NAME,
+        collection_name: str = "store",
+        ttl_config: TTLConfig | None = None,
+        index_config: IndexConfig | None = None,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        exact_search: bool = False,
+        serde: SerializerProtocol | None = None,
+        auto_index_timeout: int | None = None,
+        tracing: Tracing | None = None,
+        client_kwargs: dict[str, Any] | None = None,
+        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
+    ) -> Owned[Self]:
+        """A store on a new client of the class's mode, closed when the context exits
+        (``with`` / ``async with``, as the savers' ``from_conn_string``); the arguments are
+        the constructor's, in langgraph-store-mongodb's order."""
+        return Owned(
+            cls, conn_string, client_kwargs, timeoutMS,
+            lambda client: cls(
+                client, db_name, collection_name, ttl_config, index_config, index=index,
+                ttl=ttl, exact_search=exact_search, serde=serde,
+                auto_index_timeout=auto_index_timeout, tracing=tracing,
+            ),
+        )
 
     @classmethod
     def from_saver(cls, saver: Any, **kwargs: Any) -> Self:

@@ -6,7 +6,7 @@ import logging
 import threading
 from concurrent.futures import Future, TimeoutError
 
-from mongo_ckpt.connection import SyncClientOwner
+from mongo_ckpt.connection import SyncClient, SyncClientOwner, SyncCollection
 from mongo_ckpt.drivers import SyncDriver
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.store.base import MongoStoreBase
@@ -14,7 +14,7 @@ from mongo_ckpt.store.base import MongoStoreBase
 logger = logging.getLogger(__name__)
 
 
-class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase):
+class MongoDBStore(SyncClientOwner, SyncDriver, MongoStoreBase[SyncClient, SyncCollection]):
     """LangGraph ``BaseStore`` on ``pymongo.MongoClient`` (or mongomock).
 
     The async methods run the I/O in a worker thread.

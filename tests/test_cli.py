@@ -160,7 +160,7 @@ def test_threads_refuses_a_bad_filter(written: Written) -> None:
 @pytest.mark.parametrize(("thread_id", "ns"), [("chat-ada", ""), ("booking", ""),
                                                ("article", ""), ("article", "write")])
 def test_history_is_the_graphs_state_history(written: Written, thread_id: str, ns: str) -> None:
-    rows = written.json("history", thread_id, "--ns", ns)
+    rows = written.json("history", thread_id, "--ns", ns)["checkpoints"]
     graph = written.graphs[thread_id]
     config = thread(thread_id, checkpoint_ns=ns)
     if ns:  # a subgraph's history: through the saver (get_state_history is the parent's)
@@ -243,11 +243,11 @@ def test_show_an_earlier_checkpoint_one_channel_and_a_subgraph(written: Written)
 
 def test_show_says_what_is_wrong(written: Written) -> None:
     missing = written.invoke("show", "no-such-thread")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 3
     assert "thread 'no-such-thread' (namespace '') has no checkpoint" in missing.output
     assert "see `mongo-ckpt history no-such-thread`" in missing.output
     unknown = written.invoke("show", "chat-ada", "--checkpoint", "nope")
-    assert unknown.exit_code == 1
+    assert unknown.exit_code == 3
     assert "thread 'chat-ada' (namespace '') has no checkpoint 'nope'" in unknown.output
     channel = written.invoke("show", "chat-ada", "--channel", "nope")
     assert channel.exit_code == 2
@@ -259,7 +259,7 @@ def test_diff_lists_what_changed_channel_by_channel(written: Written) -> None:
     snapshots = list(written.graphs["chat-ada"].get_state_history(thread("chat-ada")))
     newest, before_last_turn = snapshots[0], snapshots[3]
     ids = [s.config["configurable"]["checkpoint_id"] for s in (before_last_turn, newest)]
-    (change,) = written.json("diff", "chat-ada", *ids)
+    (change,) = written.json("diff", "chat-ada", *ids)["changes"]
     added = newest.values["messages"][len(before_last_turn.values["messages"]) :]
     assert change["channel"] == "messages" and change["status"] == "appended"
     assert change["appended"] == jsonable(added)
@@ -269,13 +269,13 @@ def test_diff_lists_what_changed_channel_by_channel(written: Written) -> None:
     assert [line for line in human.splitlines() if line.startswith("+ ")] == [
         f"+ {m.type}> {m.content}" for m in added
     ]
-    same = written.json("diff", "chat-ada", ids[1], ids[1], "--all")
+    same = written.json("diff", "chat-ada", ids[1], ids[1], "--all")["changes"]
     assert {c["status"] for c in same} == {"unchanged"}
     booking = [
         s.config["configurable"]["checkpoint_id"]
         for s in written.graphs["booking"].get_state_history(thread("booking"))
     ]
-    added_request = written.json("diff", "booking", booking[1], booking[0])
+    added_request = written.json("diff", "booking", booking[1], booking[0])["changes"]
     assert {c["channel"]: c["status"] for c in added_request} == {
         "request": "added", "branch:to:ask": "added", "__start__": "removed"
     }
@@ -322,7 +322,7 @@ def test_stats_plot_needs_matplotlib(written: Written, monkeypatch: Any, tmp_pat
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
     result = written.invoke("stats", "--plot", str(tmp_path / "x.png"))
     assert result.exit_code == 1
-    assert "pip install 'mongo-ckpt[plot]'" in result.output
+    assert "needs matplotlib: pip install matplotlib" in result.output
     assert not (tmp_path / "x.png").exists()
 
 
@@ -400,7 +400,10 @@ def test_delete_asks_first_and_dry_run_changes_nothing(fresh: Written) -> None:
 
 
 def test_delete_selects_idle_threads(fresh: Written) -> None:
-    assert fresh.json("delete", "--idle-days", "1", "--dry-run")["threads"] == []
+    none = fresh.invoke("delete", "--idle-days", "1", "--dry-run", "--json")
+    assert none.exit_code == 3, none.output
+    assert json.loads(none.output)["threads"] == []
+    assert json.loads(none.output)["status"] == "nothing matched"
     old = datetime.now(timezone.utc) - timedelta(days=3)
     fresh.client[fresh.db]["checkpoints"].update_many(
         {"thread_id": {"$in": ["booking", "article"]}}, {"$set": {"created_at": old}}
@@ -444,8 +447,8 @@ def test_delete_idle_spares_a_thread_active_since_the_selection(
     state = fresh.graphs["booking"].get_state(thread("booking")).values
     assert state["outcome"] == "booked"
     human = fresh.invoke("delete", "--idle-days", "2", "--yes")
-    assert human.exit_code == 0, human.output
-    assert "delete: 0 threads" in human.output
+    assert human.exit_code == 3, human.output
+    assert "delete: 0 threads" in human.output and "no thread is idle that long" in human.output
 
 
 def test_delete_reports_what_it_deleted(fresh: Written, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -485,7 +488,7 @@ def test_copy_makes_a_thread_the_graph_can_continue(fresh: Written) -> None:
     assert len(graph.get_state(thread("chat-eve")).values["messages"]) == 8
     assert graph.get_state(thread("chat-ada")).values == source
     missing = fresh.invoke("copy", "nobody", "x", "--yes")
-    assert missing.exit_code == 1 and "thread 'nobody' has no checkpoints" in missing.output
+    assert missing.exit_code == 3 and "thread 'nobody' has no checkpoints" in missing.output
     same = fresh.invoke("copy", "a", "a", "--yes")
     assert same.exit_code == 2
 
@@ -534,7 +537,7 @@ def test_commands_connect_to_the_uri(capsys: Any, monkeypatch: Any) -> None:
         assert json.loads(capsys.readouterr().out)["total"] == 4
         monkeypatch.setenv("MONGODB_URI", uri)
         assert main(["history", "chat-bob", "--db", db, "--json"]) == 0
-        assert len(json.loads(capsys.readouterr().out)) == 3
+        assert len(json.loads(capsys.readouterr().out)["checkpoints"]) == 3
         monkeypatch.delenv("MONGODB_URI")
         assert main(["stats", "--db", db]) == 2
         assert "pass --uri or set MONGODB_URI" in capsys.readouterr().err
@@ -552,7 +555,7 @@ def test_history_and_show_on_a_delta_channel_thread(fresh: Written) -> None:
     for turn in range(2):
         graph.invoke({"messages": [HumanMessage(f"turn {turn}")]}, thread("delta"))
     snapshots = list(graph.get_state_history(thread("delta")))
-    rows = fresh.json("history", "delta")
+    rows = fresh.json("history", "delta")["checkpoints"]
     assert [r["next"] for r in rows] == [sorted(s.next) for s in snapshots]
     kinds: dict[str, str] = {}
     for snapshot in snapshots:
@@ -568,9 +571,10 @@ def test_history_and_show_on_a_delta_channel_thread(fresh: Written) -> None:
     assert set(kinds.values()) == {"stored", "rebuilt"}
     stored = [c for c, kind in kinds.items() if kind == "stored"]
     rebuilt = next(c for c, kind in kinds.items() if kind == "rebuilt")
-    (change,) = fresh.json("diff", "delta", stored[-1], stored[0])
+    (change,) = fresh.json("diff", "delta", stored[-1], stored[0])["changes"]
     assert (change["channel"], change["status"]) == ("messages", "appended")
-    statuses = {d["channel"]: d["status"] for d in fresh.json("diff", "delta", stored[0], rebuilt)}
+    changes = fresh.json("diff", "delta", stored[0], rebuilt)["changes"]
+    statuses = {d["channel"]: d["status"] for d in changes}
     assert statuses["messages"] == "not compared"
 
 
@@ -591,8 +595,9 @@ class _Commands(monitoring.CommandListener):
 
 
 def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
-    """On a server with ``$bsonSize`` the threads page is five commands however many
-    threads there are: the size probe, one grouping of checkpoints, one per collection."""
+    """On a server with ``$bsonSize`` the threads page is six commands however many
+    threads there are: the look for the collections, the size probe, one grouping of
+    checkpoints, one per collection."""
     listener = _Commands()
     client = MongoClient(
         wire_uri(), directConnection=True, event_listeners=[listener]
@@ -609,7 +614,7 @@ def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
             page = written.json("threads", "--sort", "size", "--limit", "2")
             sent.append(list(listener.names))
             assert len(page["threads"]) == 2
-        assert sent[0] == sent[1] == ["aggregate"] * 5
+        assert sent[0] == sent[1] == ["listCollections"] + ["aggregate"] * 5
         assert page["total"] == 15
     finally:
         client.drop_database(db)
@@ -629,7 +634,7 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     versions.update_one(key, {"$set": {"version": SAVER_SCHEMA_VERSION + 1}})
     newer = fresh.invoke("doctor")
     assert newer.exit_code == 1
-    assert "pip install -U mongo-ckpt" in newer.output
+    assert "upgrade mongo-ckpt to a newer release" in newer.output
     versions.update_one(key, {"$set": {"version": 3}})
     pending = schema()
     assert pending["status"] == "warn"

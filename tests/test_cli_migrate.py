@@ -116,7 +116,10 @@ def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None
         result = invoke(client, *shlex.split(command)[1:], "--json")
         assert result.exit_code == 0, result.output
         after = SAVER_SCHEMA_VERSION
-        assert json.loads(result.output) == {"db": db_name, "before": None, "after": after}
+        assert json.loads(result.output) == {
+                "command": "upgrade", "db": db_name, "status": "done", "before": None,
+                "after": after,
+            }
         assert read_version(client[db_name], saver_key("ck")) == SAVER_SCHEMA_VERSION
         assert saver.collections[BLOBS].count_documents({"join": {"$exists": False}}) == 0
         later = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name, **names))

@@ -12,6 +12,7 @@ from motor.motor_asyncio import AsyncIOMotorClient
 from pymongo import AsyncMongoClient, MongoClient
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.cache import AsyncMongoDBCache, MongoDBCache
 from mongo_ckpt.connection import DEFAULT_WRITE_CONCERN, client_mode
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 
@@ -123,3 +124,30 @@ def test_savers_write_majority_journaled_by_default_and_can_be_told_otherwise() 
     assert all(c.write_concern == DEFAULT_WRITE_CONCERN for c in asaver.collections.values())
     # mongomock has no write concerns: the saver runs on it unchanged.
     MongoDBSaver(mongomock.MongoClient(), "t_checks").setup()
+
+
+CACHES = {MongoDBCache: "sync", AsyncMongoDBCache: "async"}
+
+
+@pytest.mark.parametrize("cls", [*CLASSES, *CACHES], ids=lambda c: c.__name__)
+def test_from_conn_string_has_the_constructors_parameters(cls: type) -> None:
+    made = inspect.signature(cls.from_conn_string).parameters
+    built = inspect.signature(cls.__init__).parameters
+    assert list(made)[:2] == ["conn_string", "db_name"]
+    assert made["conn_string"].annotation == "str"
+    assert [p for p in made if p not in ("conn_string", "client_kwargs", "timeoutMS")] == [
+        p for p in built if p not in ("self", "client")
+    ]
+    assert {p: built[p].default for p in built if p in made} == {
+        p: made[p].default for p in made if p in built
+    }
+
+
+async def test_from_conn_string_in_the_wrong_statement_says_which() -> None:
+    wrong = r"AsyncMongoDBSaver.from_conn_string\(...\) is used with `async with`"
+    with pytest.raises(TypeError, match=wrong), AsyncMongoDBSaver.from_conn_string(NOWHERE):
+        pass
+    with pytest.raises(TypeError, match=r"MongoDBStore.from_conn_string\(...\) is used with "
+                                        "`with`"):
+        async with MongoDBStore.from_conn_string(NOWHERE):
+            pass

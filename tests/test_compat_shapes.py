@@ -185,6 +185,33 @@ async def test_async_store_on_a_collection(aclient: Any, db_name: str) -> None:
     await aclient.drop_database(db_name)
 
 
+def test_one_spelling_per_store_option(client: Any, db_name: str) -> None:
+    ttl, index = {"default_ttl": 5}, {"dims": 2, "embed": lambda texts: [[1.0, 0.0]] * len(texts)}
+    for ours, official in (("ttl", "ttl_config"), ("index", "index_config")):
+        value = ttl if ours == "ttl" else index
+        with pytest.raises(TypeError, match=f"{ours}= and {official}= are two spellings"):
+            MongoDBStore(client, db_name, **{ours: value, official: value})
+        assert getattr(MongoDBStore(client, db_name, **{official: value}), official) == value
+
+
+def test_official_vector_index_keys_the_store_does_not_read_are_named(
+    client: Any, db_name: str
+) -> None:
+    index = {
+        "dims": 2, "embed": lambda texts: [[1.0, 0.0]] * len(texts), "fields": ["text"],
+        "name": "vector_index", "relevance_score_fn": "euclidean", "embedding_key": "vec",
+        "filters": ["kind"],
+    }
+    with pytest.warns(UserWarning) as warned:
+        store = MongoDBStore(client, db_name, index_config=index)
+    (message,) = [str(w.message) for w in warned]
+    assert message.startswith(
+        "index keys 'embedding_key', 'filters', 'name', 'relevance_score_fn' are ignored"
+    )
+    assert warned[0].filename == __file__  # points at the caller
+    assert store.index_config == index
+
+
 def test_store_from_conn_string_official_order(db_name: str) -> None:
     ttl = {"default_ttl": 10, "refresh_on_read": False}
     with MongoDBStore.from_conn_string(wire_uri(), db_name, "persistent-store", ttl, None) as s:

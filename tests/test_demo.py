@@ -186,7 +186,7 @@ def test_demo_explains_how_to_get_the_in_process_backend(capsys: Any, monkeypatc
     assert main(["demo"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "pip install -e '.[test]'" in captured.err
+    assert "pip install -e '.[demo]'" in captured.err
     assert "MONGODB_URI=" in captured.err
 
 
@@ -216,7 +216,7 @@ def readme_block(heading: str, language: str) -> str:
 def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     commands = readme_block("## Set-up on a fresh machine", "bash").strip().splitlines()
     assert commands == [
-        "pip install -e '.[test]' && python -m mongo_ckpt demo",
+        "pip install -e '.[demo]' && python -m mongo_ckpt demo",
         "pip install -e '.[test,bench]' && python -m pytest -q",
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()

@@ -62,6 +62,21 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, int
     return done.returncode, done.stdout + done.stderr, len(list(site.rglob("*.py")))
 
 
+@pytest.fixture(scope="module")
+def misuse_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """mypy's report on ``typing_misuse_script.py`` against the installed layout."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    tmp_path = tmp_path_factory.mktemp("mypy_misuse")
+    site = _installed_layout(tmp_path)
+    shutil.copy(ROOT / "tests" / "typing_misuse_script.py", site / "misuse_script.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(tmp_path / "cache"), "-m", "misuse_script"],
+        cwd=site, capture_output=True, text=True, timeout=300,
+    )
+    return done.stdout + done.stderr
+
+
 def test_package_passes_mypy_strict(mypy_output: tuple[int, str, int]) -> None:
     status, out, checked = mypy_output
     assert status == 0, out
@@ -77,3 +92,43 @@ def test_typed_calls_give_their_result_types(mypy_output: tuple[int, str, int]) 
 def test_user_script_passes_mypy_strict(mypy_output: tuple[int, str, int]) -> None:
     status, out, _ = mypy_output
     assert "user_script.py" not in out and status == 0, out
+
+
+def test_wrong_clients_arguments_and_statements_are_mypy_errors(misuse_output: str) -> None:
+    source = (ROOT / "tests" / "typing_misuse_script.py").read_text().splitlines()
+    refused = {n for n, line in enumerate(source, 1) if line.endswith("# refused")}
+    flagged = {
+        int(line.split(":")[1]) for line in misuse_output.splitlines()
+        if line.startswith("misuse_script.py:") and ": error: " in line
+    }
+    assert flagged == refused, misuse_output
+
+
+@pytest.mark.exhaustive
+def test_readmes_editable_install_is_seen_by_mypy(tmp_path: Path) -> None:
+    """``pip install -e . --config-settings editable_mode=strict`` (the README's) in a new
+    virtual environment: mypy finds ``mongo_ckpt.store`` and its types."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "-e",
+         str(ROOT), "--config-settings", "editable_mode=strict"],
+        check=True, timeout=300, cwd=tmp_path,
+    )
+    script = tmp_path / "uses_the_store.py"
+    script.write_text(
+        "from mongo_ckpt.store import MongoDBStore\n"
+        "def f(uri: str) -> None:\n"
+        "    with MongoDBStore.from_conn_string(uri) as store:\n"
+        "        reveal_type(store)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable", python,
+         "--cache-dir", str(tmp_path / "cache"), str(script)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert 'Revealed type is "mongo_ckpt.store.sync.MongoDBStore"' in done.stdout, done.stdout
+    assert done.returncode == 0, done.stdout

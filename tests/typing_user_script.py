@@ -10,9 +10,28 @@ from langgraph.types import CachePolicy
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
-from mongo_ckpt.cache import AsyncMongoDBCache, MongoDBCache
+from mongo_ckpt import (
+    AsyncMongoDBSaver,
+    ClientClosedError,
+    ConflictingValueError,
+    MissingHistoryError,
+    MissingValueError,
+    MongoDBSaver,
+    SchemaTooNewError,
+    SchemaUpgradeRequired,
+    StaleParentError,
+    ThreadExistsError,
+    __version__,
+)
+from mongo_ckpt.cache import AsyncMongoDBCache, CacheInputError, CacheTypeError, MongoDBCache
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+
+ERRORS: tuple[type[Exception], ...] = (
+    ClientClosedError, ConflictingValueError, MissingHistoryError, MissingValueError,
+    SchemaTooNewError, SchemaUpgradeRequired, StaleParentError, ThreadExistsError,
+    CacheInputError, CacheTypeError,
+)
+VERSION: str = __version__
 
 
 def reply(state: MessagesState) -> dict[str, list[HumanMessage]]:
@@ -44,8 +63,17 @@ def sync_usage(uri: str) -> int:
 def explicit_clients(uri: str) -> None:
     saver = MongoDBSaver(MongoClient(uri), "agents", write_concern=WriteConcern(w=1))
     MongoDBStore(MongoClient(uri), "agents", collection_name="memories")
+    MongoDBStore(MongoClient(uri)["agents"]["memories"], ttl_config={"default_ttl": 5})
     AsyncMongoDBSaver(AsyncMongoClient(uri), "agents")
+    AsyncMongoDBStore(AsyncMongoClient(uri), "agents")
     saver.delete_thread("1")
+
+
+def official_order(uri: str) -> None:
+    with MongoDBSaver.from_conn_string(uri, "agents", "cks", "writes", 3600) as saver:
+        saver.setup()
+    with MongoDBStore.from_conn_string(uri, "agents", "memories", {"default_ttl": 5}) as store:
+        store.setup()
 
 
 async def async_usage(uri: str) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -14,7 +14,7 @@ from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.cache import documents
 from mongo_ckpt.cache.operations import CACHE, CacheOperations, ServerClock
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME, adopt_client
+from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, Owned, adopt_client
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.base import MongoStoreBase
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
@@ -24,18 +24,19 @@ DEFAULT_COLLECTION = "cache"
 Prepared = tuple[str, bytes, float | None]
 
 
-class MongoCacheBase(BaseCache[ValueT]):
-    """State and the public API common to ``MongoDBCache`` and ``AsyncMongoDBCache``.
+class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
+    """State and the public API common to ``MongoDBCache`` and ``AsyncMongoDBCache``
+    (``ClientT``: the clients the class accepts).
 
     Subclasses mix in the drivers ``_run`` and ``_arun``.
     """
 
-    _saver_type: ClassVar[type[MongoSaverBase]]
-    _store_type: ClassVar[type[MongoStoreBase]]
+    _saver_type: ClassVar[type[MongoSaverBase[Any]]]
+    _store_type: ClassVar[type[MongoStoreBase[Any, Any]]]
 
     def __init__(
         self,
-        client: Any,
+        client: ClientT,
         db_name: str = DEFAULT_DB_NAME,
         *,
         collection_name: str = DEFAULT_COLLECTION,
@@ -53,8 +54,9 @@ class MongoCacheBase(BaseCache[ValueT]):
         """
         adopt_client(self, client)
         super().__init__(serde=serde)
-        self.client = client
-        self.db = client[db_name]
+        given: Any = client  # ClientT is a union of client types: one client's API
+        self.client = given
+        self.db = given[db_name]
         self.collections: dict[str, Any] = {
             CACHE: self.db[collection_name],
             SCHEMA: self.db[SCHEMA_COLLECTION],
@@ -62,6 +64,27 @@ class MongoCacheBase(BaseCache[ValueT]):
         self.ops = CacheOperations(ServerClock())
         self._is_setup = False
         self._tracer = operation_tracer(tracing, self.db.name)
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        db_name: str = DEFAULT_DB_NAME,
+        *,
+        collection_name: str = DEFAULT_COLLECTION,
+        serde: SerializerProtocol | None = None,
+        tracing: Tracing | None = None,
+        client_kwargs: dict[str, Any] | None = None,
+        timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
+    ) -> Owned[Self]:
+        """A cache on a new client of the class's mode, closed when the context exits
+        (``with`` / ``async with``, as the savers' ``from_conn_string``)."""
+        return Owned(
+            cls, conn_string, client_kwargs, timeoutMS,
+            lambda client: cls(
+                client, db_name, collection_name=collection_name, serde=serde, tracing=tracing
+            ),
+        )
 
     @classmethod
     def from_saver(cls, saver: Any, **kwargs: Any) -> Self:
@@ -84,7 +107,7 @@ class MongoCacheBase(BaseCache[ValueT]):
     def _sharing(
         cls,
         owner: Any,
-        expected: type[MongoSaverBase] | type[MongoStoreBase],
+        expected: type[MongoSaverBase[Any]] | type[MongoStoreBase[Any, Any]],
         kind: str,
         kwargs: dict[str, Any],
     ) -> Self:

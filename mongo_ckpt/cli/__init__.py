@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import click
 
+from mongo_ckpt import __version__
 from mongo_ckpt.cli.demo import demo
 from mongo_ckpt.cli.doctor import doctor
 from mongo_ckpt.cli.maintenance import copy, delete, prune
@@ -35,8 +36,15 @@ class _InOrder(click.Group):
 @click.group(
     cls=_InOrder,
     name="mongo-ckpt",
-    help="mongo-ckpt: LangGraph checkpoints and memory on MongoDB.",
+    help=(
+        "mongo-ckpt: LangGraph checkpoints and memory on MongoDB.\n\nExit status: 0 done, "
+        "1 error, 2 usage error, 3 nothing matched (no such thread, no mongo-ckpt data in "
+        "--db; migrate: threads skipped)."
+    ),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(
+    __version__, "--version", prog_name="mongo-ckpt", message="%(prog)s %(version)s"
 )
 def cli() -> None:
     """The command group; each subcommand is added below."""

@@ -11,7 +11,7 @@ from mongo_ckpt.cli.options import (
     open_session,
     target_options,
 )
-from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.cli.output import DONE, ERROR, console, emit_json, table
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.schema import (
     SAVER_SCHEMA_VERSION,
@@ -54,16 +54,26 @@ def findings(session: Session) -> list[health.Finding]:
 @click.command()
 @target_options
 @click.option("--fix", is_flag=True, help="Create the missing indexes first.")
-def doctor(target: Target, fix: bool) -> None:
+@click.option(
+    "--new-database",
+    is_flag=True,
+    help="With --fix: create them even though --db holds no mongo-ckpt data yet.",
+)
+def doctor(target: Target, fix: bool, new_database: bool) -> None:
     """Check the server, the indexes, TTL settings, the schema version and write access;
-    each problem comes with its fix. Exit code 1 when a check fails."""
-    with open_session(target) as session:
+    each problem comes with its fix. Exit code 1 when a check fails, 3 when --db holds no
+    mongo-ckpt data (the message names the databases that do)."""
+    if new_database and not fix:
+        raise click.UsageError("--new-database goes with --fix")
+    hint = f" (or --new-database to create the indexes in {target.db!r})" if fix else ""
+    with open_session(target, data_required=not new_database, hint=hint) as session:
         if fix:
             session.run(session.saver.ops.create_indexes())
         result = findings(session)
     failed = any(f.status == "fail" for f in result)
     if target.json:
-        emit_json({"ok": not failed, "findings": [vars(f) for f in result]})
+        emit_json(target.db, {"ok": not failed, "findings": [vars(f) for f in result]},
+                  ERROR if failed else DONE)
     else:
         out = console()
         rows = [(MARK[f.status], f.check, f.detail) for f in result]
@@ -73,4 +83,4 @@ def doctor(target: Target, fix: bool) -> None:
             out.print(f"{MARK[f.status]} {f.check}: {f.fix}")
         out.print("no problems found" if not problems else f"{len(problems)} problems")
     if failed:
-        raise click.exceptions.Exit(1)
+        raise click.exceptions.Exit(ERROR)

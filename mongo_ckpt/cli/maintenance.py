@@ -11,7 +11,7 @@ import click
 
 from mongo_ckpt import inspection
 from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
-from mongo_ckpt.cli.output import console, emit_json, table
+from mongo_ckpt.cli.output import DONE, NOTHING_MATCHED, NothingMatched, console, emit_json, table
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.operations import Deleted, ThreadExistsError
@@ -57,15 +57,23 @@ def selection_options(command: F) -> F:
 
 def _selected(
     session: Session, thread_ids: tuple[str, ...], idle_days: float | None
-) -> tuple[list[str], datetime | None]:
-    """The threads, and with ``--idle-days`` the cutoff (by the server's clock) they were
-    selected with."""
+) -> tuple[list[str], list[str], datetime | None]:
+    """The threads that have checkpoints, the named ones that have none, and with
+    ``--idle-days`` the cutoff (by the server's clock) the threads were selected with."""
     if bool(thread_ids) == (idle_days is not None):
         raise click.UsageError("name the threads, or select them with --idle-days (not both)")
     if idle_days is None:
-        return sorted(set(thread_ids)), None
+        stored = session.run(inspection.stored_threads(thread_ids))
+        return stored, sorted(set(thread_ids) - set(stored)), None
     cutoff = session.run(server_now()) - timedelta(days=idle_days)
-    return session.run(inspection.idle_threads(cutoff)), cutoff
+    return session.run(inspection.idle_threads(cutoff)), [], cutoff
+
+
+def _unmatched(selected: list[str], absent: list[str]) -> str | None:
+    """What to say when some or all of the threads asked for are not there."""
+    if absent:
+        return f"no checkpoints of {', '.join(map(repr, absent))}: not found"
+    return None if selected else "no thread is idle that long"
 
 
 def _report(
@@ -76,16 +84,20 @@ def _report(
     counts: dict[str, int],
     title: str,
     spared: list[str] | None = None,
+    unmatched: str | None = None,
+    absent: tuple[str, ...] | list[str] = (),
 ) -> None:
+    """Print what was (or would be) changed; exit ``NOTHING_MATCHED`` with ``unmatched``."""
+    status = NOTHING_MATCHED if unmatched else DONE
     if target.json:
         report: dict[str, Any] = {
             "action": action, "dry_run": not done, "threads": threads,
-            "documents": {LABELS[k]: v for k, v in counts.items()},
+            "documents": {LABELS[k]: v for k, v in counts.items()}, "not_found": list(absent),
         }
         if spared is not None:
             report["spared"] = spared
-        emit_json(report)
-        return
+        emit_json(target.db, report, status)
+        raise click.exceptions.Exit(status)
     verb = ("copied" if action == "copy" else "deleted") if done else "affected"
     out = console()
     rows = [(LABELS[k], v) for k, v in counts.items()]
@@ -94,6 +106,9 @@ def _report(
         out.print(f"spared {len(spared)} threads active since the selection: {', '.join(spared)}")
     if not done:
         out.print("dry run: nothing was changed")
+    if unmatched:
+        out.print(unmatched)
+    raise click.exceptions.Exit(status)
 
 
 @click.command()
@@ -106,7 +121,7 @@ def delete(
     With ``--idle-days``, each thread is judged again when it is deleted: one with a
     checkpoint stored since the cutoff (it became active after the selection) is spared."""
     with open_session(target) as session:
-        selected, cutoff = _selected(session, thread_ids, idle_days)
+        selected, absent, cutoff = _selected(session, thread_ids, idle_days)
         counts = session.run(inspection.counts(selected))
         deleted, spared = Deleted(threads=selected, documents=counts), None
         if not dry_run and selected:
@@ -118,7 +133,10 @@ def delete(
                 deleted = session.run(ops.delete_idle(selected, cutoff))
                 spared = sorted(set(selected) - set(deleted.threads))
     title = f"delete: {len(deleted.threads)} threads"
-    _report(target, "delete", not dry_run, deleted.threads, deleted.documents, title, spared)
+    _report(
+        target, "delete", not dry_run, deleted.threads, deleted.documents, title, spared,
+        _unmatched(selected, absent), absent,
+    )
 
 
 @click.command()
@@ -134,7 +152,10 @@ def copy(target: Target, source: str, destination: str, dry_run: bool, yes: bool
     with open_session(target) as session:
         counts = session.run(inspection.counts([source]))
         if not counts[CHECKPOINTS]:
-            raise click.ClickException(f"thread {source!r} has no checkpoints to copy")
+            raise NothingMatched(
+                f"thread {source!r} has no checkpoints to copy", target.db, target.json,
+                {"thread_id": source},
+            )
         try:
             session.run(session.saver.ops.check_copy_target(source, destination))
             if not dry_run:
@@ -154,7 +175,7 @@ def prune(
     """Drop old history: keep each namespace's latest checkpoint (and the ancestors its
     DeltaChannels are rebuilt from), delete the other checkpoints (saver.prune)."""
     with open_session(target) as session:
-        selected, _ = _selected(session, thread_ids, idle_days)
+        selected, absent, _ = _selected(session, thread_ids, idle_days)
         skeletons, doomed = session.run(session.saver.ops.prune_plan(selected))
         if not dry_run and doomed:
             _confirm(f"Delete {len(doomed)} of {len(skeletons)} checkpoints?", yes)
@@ -162,11 +183,13 @@ def prune(
     per_thread: dict[str, int] = {}
     for skeleton in doomed:
         per_thread[skeleton["thread_id"]] = per_thread.get(skeleton["thread_id"], 0) + 1
+    unmatched = _unmatched(selected, absent)
+    status = NOTHING_MATCHED if unmatched else DONE
     if target.json:
-        emit_json({"action": "prune", "dry_run": dry_run, "threads": selected,
-                   "checkpoints": len(skeletons), "pruned": len(doomed),
-                   "pruned_per_thread": per_thread})
-        return
+        emit_json(target.db, {"action": "prune", "dry_run": dry_run, "threads": selected,
+                              "not_found": absent, "checkpoints": len(skeletons),
+                              "pruned": len(doomed), "pruned_per_thread": per_thread}, status)
+        raise click.exceptions.Exit(status)
     out = console()
     rows = [(t, n) for t, n in sorted(per_thread.items())]
     verb = "would be deleted" if dry_run else "deleted"
@@ -174,3 +197,6 @@ def prune(
                     ("thread", "checkpoints"), rows))
     if dry_run:
         out.print("dry run: nothing was changed")
+    if unmatched:
+        out.print(unmatched)
+    raise click.exceptions.Exit(status)

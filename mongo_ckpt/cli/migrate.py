@@ -3,7 +3,6 @@ the current layout (library side: ``mongo_ckpt.migration`` and ``saver.setup``).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from mongo_ckpt.cli.options import (
     saver_on,
     target_options,
 )
-from mongo_ckpt.cli.output import console
+from mongo_ckpt.cli.output import DONE, ERROR, NOTHING_MATCHED, console, emit_json
 from mongo_ckpt.cli.store_migrate import migrate_store
 from mongo_ckpt.connection import DEFAULT_DB_NAME
 from mongo_ckpt.migration import (
@@ -37,8 +36,8 @@ from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
 from mongo_ckpt.schema import read_version, saver_key
 
 SHOWN_MISMATCHES = 20
-# Exit statuses besides 0 (and click's 2 for a usage error).
-MISMATCHES_FOUND, THREADS_SKIPPED = 1, 3
+# Exit statuses besides 0 (and 2 for a usage error): output.py's ERROR and NOTHING_MATCHED.
+MISMATCHES_FOUND, THREADS_SKIPPED = ERROR, NOTHING_MATCHED
 
 
 @contextmanager
@@ -149,7 +148,7 @@ def migrate(
     store_collection: str,
     vector_field: str | None,
     vector_dims: int | None,
-) -> int:
+) -> None:
     """Run the migration, then the verification if asked; exit status 1 on mismatches,
     3 when threads were skipped."""
     if from_official_store:
@@ -168,9 +167,7 @@ def migrate(
             verify=verify,
             restart=restart,
         )
-        if code:
-            raise click.exceptions.Exit(code)
-        return 0
+        raise click.exceptions.Exit(code)
     if not from_official:  # required so the command says what it migrates from
         raise click.UsageError("say what to migrate from: --from-official or --from-official-store")
     source = Source(source_db, *source_collections)
@@ -203,17 +200,18 @@ def migrate(
                 "mismatches": [vars(m) for m in checked.mismatches],
                 "skipped": [vars(skip) for skip in checked.skipped],
             }
-    _print(report, target.json)
-    if report.get("verified", {}).get("mismatches"):
-        raise click.exceptions.Exit(MISMATCHES_FOUND)
+    status = DONE
     if report["migrated"]["skipped"]:
-        raise click.exceptions.Exit(THREADS_SKIPPED)
-    return 0
+        status = THREADS_SKIPPED
+    if report.get("verified", {}).get("mismatches"):
+        status = MISMATCHES_FOUND
+    _print(report, target.json, status)
+    raise click.exceptions.Exit(status)
 
 
-def _print(report: dict[str, Any], as_json: bool) -> None:
+def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        emit_json(report["target"]["db"], report, status)
         return
     out = console()
     table = Table(
@@ -287,7 +285,7 @@ def upgrade(target: Target) -> int:
         saver_on(client, target).upgrade()
         after = read_version(client[target.db], key)
     if target.json:
-        click.echo(json.dumps({"db": target.db, "before": before, "after": after}))
+        emit_json(target.db, {"before": before, "after": after})
     else:
         was = "unversioned" if before is None else f"version {before}"
         click.echo(f"{target.db}: layout {was} -> version {after}")

@@ -18,6 +18,8 @@ from pymongo import MongoClient
 from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
 
 from mongo_ckpt.calls import Operation
+from mongo_ckpt.cli.locate import databases_with_data, holds_data, no_data_message
+from mongo_ckpt.cli.output import NothingMatched
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
@@ -237,10 +239,26 @@ def saver_on(client: Any, target: Target) -> MongoDBSaver:
     )
 
 
+def require_data(client: Any, target: Target, hint: str = "") -> None:
+    """Raise ``NothingMatched``, naming the databases that hold mongo-ckpt data (and
+    ``hint``), unless ``target.db`` holds the checkpointer's collections."""
+    if not holds_data(client, target.db, target.layout):
+        found = databases_with_data(client)
+        raise NothingMatched(
+            no_data_message(target.db, target.layout, found) + hint, target.db, target.json,
+            {"databases_with_data": found},
+        )
+
+
 @contextmanager
-def open_session(target: Target) -> Iterator[Session]:
-    """A ``Session`` on ``target`` (see ``open_client``)."""
+def open_session(
+    target: Target, *, data_required: bool = True, hint: str = ""
+) -> Iterator[Session]:
+    """A ``Session`` on ``target`` (see ``open_client``); unless ``data_required`` is off,
+    one on a database without the checkpointer's collections is ``NothingMatched``."""
     with open_client(target) as client:
+        if data_required:
+            require_data(client, target, hint)
         saver = saver_on(client, target)
         session = Session(saver, {**saver.collections, DATABASE: saver.db})
         session.server_sizes = session.run(measures_sizes())

@@ -4,6 +4,9 @@ Stored strings (ids, namespaces, metadata, message text) reach the terminal only
 ``console()``: it parses no markup or emoji codes, and shows control characters (C0, C1,
 DEL) and bidirectional overrides as escapes (``\\x1b``, ``\\u202e``), so no stored string can
 style, move or reorder what is printed. ``--json`` output is JSON-escaped already.
+
+Every ``--json`` output is one object that starts with the same three keys, ``command``,
+``db`` and ``status`` (the exit status's name, ``STATUS_NAMES``), then the command's own.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 import click
 from rich import box
@@ -25,6 +28,11 @@ from rich.text import Text
 
 from mongo_ckpt.snapshots import jsonable
 
+# Exit statuses of every command (docs/operations.md#exit-codes). NOTHING_MATCHED: the
+# command ran, but what it was asked about is not there (no such thread, no mongo-ckpt data
+# in the database) or, for ``migrate``, threads were skipped.
+DONE, ERROR, USAGE, NOTHING_MATCHED = 0, 1, 2, 3
+STATUS_NAMES = {DONE: "done", ERROR: "error", USAGE: "usage", NOTHING_MATCHED: "nothing matched"}
 WIDTH_WHEN_PIPED = 150
 HEADING_WIDTH = 60
 
@@ -67,9 +75,36 @@ def console() -> Console:
     )
 
 
-def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON (datetimes as ISO 8601, other objects by ``jsonable``)."""
-    click.echo(json.dumps(_json_safe(data), indent=2, sort_keys=False))
+def json_report(db: str, data: Mapping[str, Any], status: int = DONE) -> dict[str, Any]:
+    """The object every ``--json`` output is: ``command``, ``db``, ``status``, then ``data``."""
+    command = click.get_current_context().info_name
+    return {"command": command, "db": db, "status": STATUS_NAMES[status], **data}
+
+
+def emit_json(db: str, data: Mapping[str, Any], status: int = DONE) -> None:
+    """Print ``json_report(db, data, status)`` as indented JSON (datetimes as ISO 8601,
+    other objects by ``jsonable``)."""
+    click.echo(json.dumps(_json_safe(json_report(db, data, status)), indent=2))
+
+
+class NothingMatched(click.ClickException):
+    """The command found nothing to act on: exit status ``NOTHING_MATCHED``, ``message`` on
+    stderr, or with ``--json`` the report (``details`` and ``message``) on stdout."""
+
+    exit_code = NOTHING_MATCHED
+
+    def __init__(
+        self, message: str, db: str, as_json: bool, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.report = json_report(db, {**(details or {}), "message": message}, NOTHING_MATCHED)
+        self.as_json = as_json
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        if self.as_json:
+            click.echo(json.dumps(_json_safe(self.report), indent=2), file=file)
+        else:
+            click.echo(visible(self.message, layout=True), file=file, err=file is None)
 
 
 def _json_safe(value: Any) -> Any:

@@ -17,9 +17,7 @@ from mongo_ckpt.cli.options import (
 )
 from mongo_ckpt.cli.output import console, emit_json, size, table
 
-PLOT_MISSING = (
-    "stats --plot needs matplotlib: pip install 'mongo-ckpt[plot]' (or: pip install matplotlib)"
-)
+PLOT_MISSING = "stats --plot needs matplotlib: pip install matplotlib (the `plot` extra)"
 
 
 def collection_stats(session: Session, top: int) -> dict[str, Any]:
@@ -104,7 +102,7 @@ def stats(target: Target, top: int, plot_path: Path | None) -> None:
     if plot_path is not None:
         plot(result["database"], per_thread, plot_path)
     if target.json:
-        emit_json({**result, "plot": str(plot_path) if plot_path else None})
+        emit_json(target.db, {**result, "plot": str(plot_path) if plot_path else None})
         return
     _print(result, plot_path)
 

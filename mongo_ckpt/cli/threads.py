@@ -12,7 +12,17 @@ from rich.pretty import Pretty
 
 from mongo_ckpt import inspection
 from mongo_ckpt.cli.options import Session, Target, open_session, target_options
-from mongo_ckpt.cli.output import cell, console, emit_json, heading, size, table
+from mongo_ckpt.cli.output import (
+    DONE,
+    NOTHING_MATCHED,
+    NothingMatched,
+    cell,
+    console,
+    emit_json,
+    heading,
+    size,
+    table,
+)
 from mongo_ckpt.reading import list_query
 from mongo_ckpt.snapshots import (
     channel_values,
@@ -67,10 +77,11 @@ def threads(target: Target, sort: str, limit: int, page: int, filters: tuple[str
         result = session.run(
             inspection.threads(match, sort, (page - 1) * limit, limit, session.server_sizes)
         )
+    status = DONE if result.total else NOTHING_MATCHED
     if target.json:
-        emit_json({"total": result.total, "page": page, "limit": limit,
-                   "threads": [vars(r) for r in result.rows]})
-        return
+        emit_json(target.db, {"total": result.total, "page": page, "limit": limit,
+                              "threads": [vars(r) for r in result.rows]}, status)
+        raise click.exceptions.Exit(status)
     out = console()
     rows = [
         (r.thread_id, r.checkpoints, r.namespaces, size(r.bytes), r.documents,
@@ -84,15 +95,21 @@ def threads(target: Target, sort: str, limit: int, page: int, filters: tuple[str
         f"threads {first + 1 if rows else 0}-{first + len(rows)} of {result.total}, "
         f"sorted by {sort}"
     )
+    if not result.total:
+        out.print("no thread has a checkpoint with that metadata" if match else "no threads")
+    raise click.exceptions.Exit(status)
 
 
 def _thread_documents(
-    session: Session, thread_id: str, ns: str | None
+    session: Session, target: Target, thread_id: str, ns: str | None
 ) -> inspection.ThreadDocuments:
     docs = session.run(inspection.thread_documents(thread_id, ns))
     if not docs[0]:
         where = f" in namespace {ns!r}" if ns is not None else ""
-        raise click.ClickException(f"thread {thread_id!r} has no checkpoints{where}")
+        raise NothingMatched(
+            f"thread {thread_id!r} has no checkpoints{where}", target.db, target.json,
+            {"thread_id": thread_id},
+        )
     return docs
 
 
@@ -103,9 +120,11 @@ def _thread_documents(
 def history(target: Target, thread_id: str, ns: str | None) -> None:
     """Checkpoints of THREAD_ID, newest first."""
     with open_session(target) as session:
-        rows = history_rows(session.saver.serde, *_thread_documents(session, thread_id, ns))
+        rows = history_rows(
+            session.saver.serde, *_thread_documents(session, target, thread_id, ns)
+        )
     if target.json:
-        emit_json([vars(r) for r in rows])
+        emit_json(target.db, {"thread_id": thread_id, "checkpoints": [vars(r) for r in rows]})
         return
     namespaces = {r.checkpoint_ns for r in rows}
     columns = ["checkpoint", "step", "source", "next", "writes", "parent", "size"]
@@ -121,15 +140,17 @@ def history(target: Target, thread_id: str, ns: str | None) -> None:
     out.print(table(f"thread {thread_id!r}: {len(rows)} checkpoints", columns, body))
 
 
-def _tuple(session: Session, thread_id: str, ns: str, checkpoint_id: str | None) -> CheckpointTuple:
+def _tuple(
+    session: Session, target: Target, thread_id: str, ns: str, checkpoint_id: str | None
+) -> CheckpointTuple:
     key = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
     config: RunnableConfig = {"configurable": key}
     found = session.run(session.saver.ops.get_tuple(config))
     if found is None:
         what = f"checkpoint {checkpoint_id!r}" if checkpoint_id else "checkpoint"
-        raise click.ClickException(
+        raise NothingMatched(
             f"thread {thread_id!r} (namespace {ns!r}) has no {what}: see `mongo-ckpt history "
-            f"{thread_id}`"
+            f"{thread_id}`", target.db, target.json, key,
         )
     return found
 
@@ -163,7 +184,7 @@ def show(
     """The state of THREAD_ID at a checkpoint: channel values decoded with LangGraph's
     serializer (AES-encrypted data with LANGGRAPH_AES_KEY), messages as a conversation."""
     with open_session(target) as session:
-        found = _tuple(session, thread_id, ns, checkpoint_id)
+        found = _tuple(session, target, thread_id, ns, checkpoint_id)
         replayed = _replayed(session, found)
     values = channel_values(found.checkpoint["channel_values"])
     unknown = [c for c in channels if c not in values and c not in replayed]
@@ -183,7 +204,7 @@ def show(
     parent = (found.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     writes = [{"task_id": t, "channel": c, "value": v} for t, c, v in found.pending_writes or []]
     if target.json:
-        emit_json({
+        emit_json(target.db, {
             "thread_id": thread_id, "checkpoint_ns": ns,
             "checkpoint_id": found.checkpoint["id"], "parent_id": parent, "next": upcoming,
             "metadata": metadata, "values": shown,
@@ -226,12 +247,15 @@ def diff(
 ) -> None:
     """Channel-by-channel difference of THREAD_ID's state from CHECKPOINT_A to CHECKPOINT_B."""
     with open_session(target) as session:
-        found = [_tuple(session, thread_id, ns, c) for c in (checkpoint_a, checkpoint_b)]
+        found = [_tuple(session, target, thread_id, ns, c) for c in (checkpoint_a, checkpoint_b)]
         rebuilt = {c for f in found for c in _replayed(session, f)}
     a, b = (channel_values(f.checkpoint["channel_values"]) for f in found)
     changes = [d for d in diff_values(a, b, rebuilt) if show_all or d.status != "unchanged"]
     if target.json:
-        emit_json([vars(d) for d in changes])
+        emit_json(target.db, {
+            "thread_id": thread_id, "checkpoint_ns": ns, "from": checkpoint_a,
+            "to": checkpoint_b, "changes": [vars(d) for d in changes],
+        })
         return
     out = console()
     differ = sum(d.status != "unchanged" for d in changes)

@@ -2,7 +2,8 @@
 
 Usage, from the repository root::
 
-    python tests/compat/run_official_suites.py [--keep] [--include-atlas] [-- PYTEST_ARGS...]
+    python tests/compat/run_official_suites.py [--keep] [--include-atlas] [--record]
+        [-- PYTEST_ARGS...]
 
 What it does, all inside a fresh temporary directory (nothing of the official packages is
 copied into this repository):
@@ -15,7 +16,9 @@ copied into this repository):
    ``langgraph.store.mongodb`` -> ``mongo_ckpt.store``);
 3. starts the in-process wire backend (SecantusDB, ``tests.backends.wire_uri``) and points
    ``MONGODB_URI`` at it (``DB_NAME`` is left to its default);
-4. runs pytest on each suite and prints a per-test summary and per-package counts.
+4. runs pytest on each suite and prints a per-test summary and per-package counts;
+   ``--record`` also writes each test's outcome to ``RESULTS`` (``last_run.json`` here),
+   which docs/migrating.md's figures are checked against (tests/test_docs_figures.py).
 
 The store's ``integration_tests`` need an Atlas vector search index and an embedding
 service (OpenAI, Azure or a local Ollama); they are left out unless ``--include-atlas``.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -38,8 +42,10 @@ import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).with_name("last_run.json")
 PACKAGES = {
     "checkpoint": ("langgraph-checkpoint-mongodb", "0.5.1"),
     "store": ("langgraph-store-mongodb", "0.4.0"),
@@ -130,6 +136,8 @@ def main() -> int:
     parser.add_argument("--include-atlas", action="store_true",
                         help="also run the store's Atlas/embedding integration tests")
     parser.add_argument("--only", choices=sorted(PACKAGES), help="run one package's suite")
+    parser.add_argument("--record", action="store_true",
+                        help=f"write every test's outcome to {RESULTS.relative_to(REPO)}")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
 
@@ -173,7 +181,17 @@ def main() -> int:
         bad += counts["failed"] + counts["error"]
         print(f"{PACKAGES[label][0]}=={PACKAGES[label][1]}: " + ", ".join(
             f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped")))
+    if args.record:
+        RESULTS.write_text(json.dumps(recorded(summary), indent=2) + "\n")
     return 1 if bad else 0
+
+
+def recorded(summary: dict[str, dict[str, list[tuple[str, str]]]]) -> dict[str, Any]:
+    """The test ids per outcome, per ``name==version``, as ``--record`` writes them."""
+    return {
+        "==".join(PACKAGES[label]): {k: sorted(t for t, _ in v) for k, v in results.items()}
+        for label, results in summary.items()
+    }
 
 
 if __name__ == "__main__":
