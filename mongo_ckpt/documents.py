@@ -14,7 +14,7 @@ from pymongo import DeleteMany, UpdateOne
 
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
-from mongo_ckpt.layout import blob_join, write_join
+from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
 from mongo_ckpt.payload import split
 
@@ -125,10 +125,19 @@ def checkpoint_document(
     }
 
 
-def checkpoint_update(doc: Mapping[str, Any]) -> dict[str, Any]:
+def checkpoint_update(doc: Mapping[str, Any], *, pending: bool = False) -> dict[str, Any]:
     """The upsert of checkpoint document ``doc``; ``created_at`` (it decides retention) is
-    the server's time."""
-    return {"$set": doc, "$currentDate": {"created_at": True}}
+    the server's time. ``pending``: inserted invisible (``layout.PENDING``), to be confirmed
+    once its parent probe ran; a stored checkpoint it rewrites stays visible."""
+    update: dict[str, Any] = {"$set": doc, "$currentDate": {"created_at": True}}
+    if pending:
+        update["$setOnInsert"] = {PENDING: True}
+    return update
+
+
+def confirm_checkpoint(key: Mapping[str, str]) -> UpdateOne:
+    """Makes the checkpoint ``key`` visible (after its parent probe, in the same bulk write)."""
+    return UpdateOne(dict(key), {"$unset": {PENDING: ""}})
 
 
 @dataclass

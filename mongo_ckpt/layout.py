@@ -79,6 +79,10 @@ class Layout:
 
 
 CHECKPOINT_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
+# Set on a checkpoint a ``put`` inserts with a parent, unset by the same bulk write once its
+# parent probe ran: a write cut before the probe leaves it invisible to reads.
+PENDING = "pending"
+NOT_PENDING = {PENDING: {"$ne": True}}
 BLOB_KEY = ("thread_id", "checkpoint_ns", "channel", "version")
 WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from bson import ObjectId
 from pymongo import UpdateOne
-from pymongo.results import BulkWriteResult
+from pymongo.errors import BulkWriteError
 
 from mongo_ckpt.calls import (
     Document,
@@ -44,12 +44,21 @@ from mongo_ckpt.calls import (
     distinct,
     find,
     update_many,
+    update_one,
 )
 from mongo_ckpt.clock import aware, server_now
 from mongo_ckpt.delta import needed_ancestors
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import coerce_id, coerce_ids
-from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINT_KEY, CHECKPOINTS, WRITE_KEY, WRITES
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINT_KEY,
+    CHECKPOINTS,
+    PENDING,
+    WRITE_KEY,
+    WRITES,
+)
 from mongo_ckpt.listdelta import chains_of
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
@@ -62,6 +71,7 @@ from mongo_ckpt.reading import (
 )
 
 DOOMED, DOOMED_AT = "doomed", "doomed_at"
+DUPLICATE_KEY = 11000
 PROBE = "probe"  # a field no document has: unsetting it counts a match, changes nothing
 # Far longer than the few calls between a maintenance call's tombstones and its deletes.
 TOMBSTONE_LEASE = timedelta(minutes=10)
@@ -109,19 +119,29 @@ class Deleted:
 # -- the put's side ----------------------------------------------------------------
 
 
-def probe_parent(parent: Mapping[str, Any]) -> UpdateOne:
-    """Matches the parent checkpoint (key ``parent``) if it carries no tombstone at all.
+def probe_parent(parent: Mapping[str, Any], child_id: str) -> UpdateOne:
+    """Matches the parent checkpoint (key ``parent``) if it carries no tombstone at all, and
+    fails otherwise, so an ordered bulk write stops before the child's confirmation.
 
-    No clock here: whether a tombstone it misses on is still live is judged afterwards, on
-    the server's clock (``is_live``).
+    It fails by its upsert: the document it would insert has the key of the child
+    ``child_id``, just written, which the unique key index refuses (``E11000``); a
+    matched parent is not touched (``$unset`` of a field no document has). No clock here:
+    whether a tombstone it misses on is still live is judged afterwards, on the server's
+    clock (``is_live``).
     """
-    return UpdateOne({**parent, DOOMED: {"$exists": False}}, {"$unset": {PROBE: ""}})
+    update = {"$unset": {PROBE: ""}, "$setOnInsert": {"checkpoint_id": child_id}}
+    return UpdateOne({**parent, DOOMED: {"$exists": False}}, update, upsert=True)
 
 
-def parent_found(result: BulkWriteResult) -> bool:
-    """Whether ``[checkpoint upsert, probe_parent]`` matched the parent."""
-    inserted = 0 in (result.upserted_ids or ())
-    return int(result.bulk_api_result["nMatched"]) - (0 if inserted else 1) > 0
+def probe_missed(error: BulkWriteError) -> bool:
+    """Whether ``[checkpoint upsert, probe_parent, confirm]`` failed at the probe alone."""
+    errors = error.details.get("writeErrors", [])
+    return [(e.get("index"), e.get("code")) for e in errors] == [(1, DUPLICATE_KEY)]
+
+
+def upserted(error: BulkWriteError) -> set[int]:
+    """The indexes of the requests a failed bulk write inserted by upsert."""
+    return {int(u["index"]) for u in error.details.get("upserted", [])}
 
 
 def is_live(doc: Mapping[str, Any], now: datetime) -> bool:
@@ -152,6 +172,7 @@ def judge_parent(
     inserted)."""
     parent = {**key, "checkpoint_id": parent_id}
     found = yield from find(CHECKPOINTS, parent, projection={DOOMED: 1, DOOMED_AT: 1})
+    unreadable = False
     if found:
         if not is_live(found[0], (yield from server_now())):
             return
@@ -165,7 +186,8 @@ def judge_parent(
             yield from _still_named(key, named - inserted, mine)
         ):
             return
-    yield from _take_back(key, parent_id, inserted, mine)
+        unreadable = len(heads) < len(named)
+    yield from _take_back(key, parent_id, inserted, mine, hide=unreadable)
 
 
 def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
@@ -204,14 +226,17 @@ def _still_named(key: Mapping[str, str], borrowed: set[Any], mine: bool) -> Oper
 
 
 def _take_back(
-    key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool
+    key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool, *, hide: bool
 ) -> Operation[None]:
-    """Delete the checkpoint if this call inserted it (``mine``), leave the values it
-    inserted marked for maintenance (which keeps any a stored checkpoint names), raise
-    ``StaleParentError``."""
+    """Delete the checkpoint if this call inserted it (``mine``), else make it pending again
+    when ``hide`` (a value it names is gone: an earlier attempt cut before its probe, which
+    this call's confirmation would otherwise show); leave the values it inserted marked for
+    maintenance (which keeps any a stored checkpoint names); raise ``StaleParentError``."""
     thread_id, checkpoint_ns, checkpoint_id = key_of(key)
     if mine:
         yield from delete_many(CHECKPOINTS, key)
+    elif hide:
+        yield from update_one(CHECKPOINTS, key, {"$set": {PENDING: True}}, upsert=False)
     yield from mark_values(inserted)
     raise StaleParentError(thread_id, checkpoint_ns, checkpoint_id, parent_id)
 

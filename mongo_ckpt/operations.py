@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
+from pymongo.errors import BulkWriteError
 from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import listdelta, maintenance, schema
@@ -67,6 +68,7 @@ from mongo_ckpt.documents import (
     check_checkpoint_size,
     checkpoint_document,
     checkpoint_update,
+    confirm_checkpoint,
     write_requests,
 )
 from mongo_ckpt.errors import MongoCkptError
@@ -371,16 +373,25 @@ class CheckpointOperations:
                 yield from self._adopt_stored(key, plan, values, found, inserted)
                 doc["values"] = values_entries(plan.chains)
         # 4. checkpoint and parent probe
-        write = UpdateOne(key, checkpoint_update(doc), upsert=True)
         if parent_id is None:
+            write = UpdateOne(key, checkpoint_update(doc), upsert=True)
             yield from bulk_write(CHECKPOINTS, [write], ordered=True)
         else:
-            parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id})
-            result = yield from bulk_write(CHECKPOINTS, [write, parent], ordered=True)
-            # 5. take back
-            if not maintenance.parent_found(result):
-                mine = 0 in (result.upserted_ids or ())  # this call inserted the checkpoint
+            # Inserted pending; the probe fails the bulk write unless the parent is stored
+            # untombstoned, so only then does the confirmation run: nothing is visible that
+            # no probe has passed, whatever cuts the write.
+            write = UpdateOne(key, checkpoint_update(doc, pending=True), upsert=True)
+            parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id}, checkpoint_id)
+            requests = [write, parent, confirm_checkpoint(key)]
+            try:
+                yield from bulk_write(CHECKPOINTS, requests, ordered=True)
+            except BulkWriteError as error:
+                if not maintenance.probe_missed(error):
+                    raise
+                # 5. take back (or accept a parent never stored, and confirm)
+                mine = 0 in maintenance.upserted(error)  # this call inserted the checkpoint
                 yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
+                yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
         self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 

@@ -17,7 +17,7 @@ from mongo_ckpt.identifiers import (
     coerce_id,
     thread_key,
 )
-from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, WRITE_KEY
+from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, NOT_PENDING, WRITE_KEY
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 
@@ -34,10 +34,10 @@ def key_of(doc: Mapping[str, Any], fields: tuple[str, ...] = CHECKPOINT_KEY) -> 
 def checkpoint_query(
     thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
 ) -> dict[str, Any]:
-    query = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    query: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
         query["checkpoint_id"] = checkpoint_id
-    return query
+    return {**query, **NOT_PENDING}
 
 
 def tuple_pipeline(query: Mapping[str, Any], writes_collection: str) -> list[dict[str, Any]]:
@@ -81,7 +81,7 @@ def list_query(
     filterable_keys: Collection[str] | None,
 ) -> dict[str, Any]:
     """The ``checkpoints`` query of ``list``; validates every user-supplied part."""
-    query: dict[str, Any] = {}
+    query: dict[str, Any] = dict(NOT_PENDING)
     if config is not None:
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
         query["thread_id"] = thread_id
