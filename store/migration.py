@@ -26,6 +26,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.schema import SCHEMA_COLLECTION
 from mongo_ckpt.store import documents, registry
 from mongo_ckpt.store.namespaces import joined, prefixes
@@ -36,7 +37,7 @@ DEFAULT_STORE_BATCH = 500
 OFFICIAL_FIELDS = ("namespace", "key", "value", "created_at", "updated_at")
 
 
-class NotOfficialStoreError(ValueError):
+class NotOfficialStoreError(MongoCkptError, ValueError):
     """A source document that is not in langgraph-store-mongodb's layout."""
 
 

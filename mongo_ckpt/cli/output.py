@@ -26,6 +26,7 @@ from rich.filesize import decimal
 from rich.table import Table
 from rich.text import Text
 
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.snapshots import jsonable
 
 # Exit statuses of every command (docs/operations.md#exit-codes). NOTHING_MATCHED: the
@@ -87,7 +88,7 @@ def emit_json(db: str, data: Mapping[str, Any], status: int = DONE) -> None:
     click.echo(json.dumps(_json_safe(json_report(db, data, status)), indent=2))
 
 
-class NothingMatched(click.ClickException):
+class NothingMatched(MongoCkptError, click.ClickException, LookupError):
     """The command found nothing to act on: exit status ``NOTHING_MATCHED``, ``message`` on
     stderr, or with ``--json`` the report (``details`` and ``message``) on stdout."""
 
