@@ -225,7 +225,7 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     assert steps == [
         "python -m pip install -e '.[test,bench]'",
         "python -m pytest -q",
-        "python -m pytest -q --full -m exhaustive",
+        "python -m pytest -q --full",
     ]
     assert commands[1].endswith(steps[1])
 
