@@ -4,7 +4,7 @@ DESIGN.md §2) or ``InMemorySaver`` gives. They fail on the code they were writt
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
 from typing import Any
 
 import pytest
@@ -73,7 +73,9 @@ async def test_idle_delete_spares_a_conversation_started_after_its_look(api: Api
     lost without an error. Contract: "a thread that became active is spared" and
     maintenance deletes "the documents of the checkpoints they chose: exact versions"."""
     await api.put(*first_checkpoint("t", "old conversation"))
+    await asyncio.sleep(0.05)  # clocks of millisecond resolution
     cutoff = await api.run(server_now())  # the old conversation is idle since before it
+    await asyncio.sleep(0.05)
     new = first_checkpoint("t", "new conversation")
     stored: dict[str, Any] = {}
 
