@@ -5,6 +5,7 @@ DESIGN.md §2) or ``InMemorySaver`` gives. They fail on the code they were writt
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,14 +17,16 @@ from langgraph.checkpoint.conformance.test_utils import (
 
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import ConflictingValueError
+from mongo_ckpt import ConflictingValueError, StaleParentError
 from mongo_ckpt.calls import Call
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.tombstones import DOOMED
+from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api
+from tests.test_saver_fork_races import Stepper
 from tests.test_saver_put_retries import T, lost_reply, msg, three
 
 
@@ -150,3 +153,87 @@ async def test_value_adopted_after_a_refused_call_is_not_left_marked(api: Api) -
         for d in await api.docs(BLOBS, {DOOMED: {"$exists": True}})
     ]
     assert marked_named == [], "values stored checkpoints name are marked for deletion"
+
+
+# -- 3. delete_thread beside a put whose values are all new --------------------------------
+
+
+async def test_put_landing_inside_delete_thread_is_never_stored_without_its_values(
+    api: Api,
+) -> None:
+    """``delete_thread`` deletes the checkpoints, then the writes, then the values (by
+    thread). A put continuing the thread (a MessagesState turn: its only value is new)
+    that lands between the first and the last delete finds its parent absent; since it
+    inserted every value it names, ``_judge_parent`` accepts it as "a parent never
+    stored", and the put returns success. ``delete_thread`` then deletes its values: the
+    thread is left with a checkpoint whose value is gone, and every read of the thread
+    (each later turn of the graph) raises ``MissingValueError``. "A checkpoint is stored
+    whole or not at all, whatever runs next to it": the thread must read as deleted (or
+    hold the put whole)."""
+    configs = [generate_config("t")]
+    for step in range(1, 4):
+        versions = {"messages": f"{step:08}"}
+        checkpoint = generate_checkpoint(
+            channel_values={"messages": [f"m{i}" for i in range(step)]},
+            channel_versions=versions,
+        )
+        configs.append(await api.put(configs[-1], checkpoint, generate_metadata(step=step), versions))
+    deleting = Stepper(api, api.saver.ops.delete_thread("t"))
+    await deleting.step()  # the checkpoints are gone, the values not yet
+    versions = {"messages": f"{4:08}"}
+    checkpoint = generate_checkpoint(
+        channel_values={"messages": [f"m{i}" for i in range(4)]}, channel_versions=versions
+    )
+    try:
+        await api.put(configs[-1], checkpoint, generate_metadata(step=4), versions)
+    except StaleParentError:
+        pass  # refused: fine
+    await deleting.finish()
+    assert deleting.raised is None
+    latest = await api.get_tuple(generate_config("t"))  # raises MissingValueError
+    if latest is not None:
+        assert latest.checkpoint["channel_values"]["messages"] == [f"m{i}" for i in range(4)]
+
+
+# -- 4. a copy inherits the source's activity time ------------------------------------------
+
+
+async def test_copy_of_an_idle_thread_is_not_expired_at_once(api: Api) -> None:
+    """``copy_thread`` replaces the target's documents with the source's, ``created_at``
+    included, so the copy (written now) carries the source's last activity. Copying a
+    thread idle for longer than ``ttl`` (to branch or restore it) produces a thread the
+    next sweep deletes at once; one idle for ``ttl - 1 day`` expires tomorrow.
+    ``created_at`` is documented as "write time on the server's clock (never the
+    client's)" and drives "seconds of inactivity": the copy was just written."""
+    saver = api.reopened(ttl=3600)
+    await saver.put(*first_checkpoint("src", "kept"))
+    await asyncio.sleep(0.05)
+    # The source was last active two hours ago (as stored by the server, aged here).
+    old = (await api.run(server_now())) - timedelta(hours=2)
+    await maybe_await(
+        api.raw(CHECKPOINTS).update_many({"thread_id": "src"}, {"$set": {"created_at": old}})
+    )
+    await saver.copy_thread("src", "dst")
+    swept = await saver.sweep_expired()
+    assert "dst" not in swept, "the copy made a moment ago expired as idle"
+    copied = await saver.get_tuple(generate_config("dst"))
+    assert copied is not None and copied.checkpoint["channel_values"] == {"a": "kept"}
+
+
+# -- 5. an equal value in another key order is a conflict -----------------------------------
+
+
+async def test_retry_with_an_equal_dict_in_another_key_order_is_accepted(api: Api) -> None:
+    """A retried put compares values by their serialized bytes: a dict equal to the stored
+    one (``==``) but built in another key order (a retry on another instance that rebuilt
+    the state, e.g. from JSON) raises ``ConflictingValueError`` although nothing differs.
+    ``InMemorySaver`` accepts the put, and the contract refuses only "a retry with a
+    different value"."""
+    config, checkpoint, metadata, versions = first_checkpoint("t", "x")
+    first = {**checkpoint, "channel_values": {"a": {"x": 1, "y": 2}}}
+    await lost_reply(api, CHECKPOINTS, lambda: api.put(config, first, metadata, versions))
+    again = {**checkpoint, "channel_values": {"a": {"y": 2, "x": 1}}}
+    assert again["channel_values"] == first["channel_values"]
+    stored = await api.reopened().put(config, again, metadata, versions)
+    got = await api.get_tuple(stored)
+    assert got.checkpoint["channel_values"] == {"a": {"x": 1, "y": 2}}
