@@ -26,7 +26,7 @@ from mongo_ckpt.tombstones import DOOMED
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api
-from tests.test_saver_fork_races import Stepper
+from tests.test_saver_fork_races import Fork, Stepper
 from tests.test_saver_put_retries import T, lost_reply, msg, three
 
 
@@ -237,3 +237,38 @@ async def test_retry_with_an_equal_dict_in_another_key_order_is_accepted(api: Ap
     stored = await api.reopened().put(config, again, metadata, versions)
     got = await api.get_tuple(stored)
     assert got.checkpoint["channel_values"] == {"a": {"x": 1, "y": 2}}
+
+
+# -- 6. two maintenance calls on one thread: one's spare lifts the other's tombstones --------
+
+
+async def test_idle_recheck_beside_prune_keeps_prunes_tombstones(api: Api) -> None:
+    """Tombstones carry one token: ``delete_idle`` (the CLI's ``delete --idle-days`` after
+    its prompt, each batch of the sweep) overwrites every checkpoint of the thread with its
+    own token and, finding the thread active again, unsets the tombstones carrying *its*
+    token: those ``prune`` set on the checkpoints it is about to delete go too. A fork
+    from such a checkpoint (``update_state`` at an old checkpoint, here with a
+    DeltaChannel replayed from its parent's history) then passes the parent probe and is
+    stored after prune's last look; prune deletes the parent, and the fork's history has a
+    hole (``MissingHistoryError``). Contract: "no checkpoint is stored on a parent about to
+    go"; the fork must be refused (``StaleParentError``) or keep its parent."""
+    early = await api.run(server_now())
+    await asyncio.sleep(0.05)
+    fork = await Fork.build(api, "history")  # c1..c4; the fork continues from c2
+    pruning = Stepper(api, api.saver.ops.prune(["t"], "keep_latest"))
+    for _ in range(4):  # plan, clock, tombstones on c1..c3, the look at the thread
+        await pruning.step()
+    doomed = await api.count(CHECKPOINTS, {DOOMED: {"$exists": True}})
+    assert doomed == 3
+    # The re-check of an idle-thread deletion chosen before the thread's last turn.
+    await api.run(api.saver.ops.delete_idle(["t"], early))
+    writer = Stepper(api, fork.put(api))
+    await writer.finish()
+    await pruning.finish()
+    assert pruning.raised is None
+    if writer.raised is not None:
+        assert isinstance(writer.raised, StaleParentError)
+        return
+    fork_config = {"configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}}
+    assert await api.get_tuple(fork_config) is not None
+    await api.get_delta_channel_history(config=fork_config, channels=["d"])
