@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from bson import ObjectId
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
@@ -272,3 +273,48 @@ async def test_idle_recheck_beside_prune_keeps_prunes_tombstones(api: Api) -> No
     fork_config = {"configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}}
     assert await api.get_tuple(fork_config) is not None
     await api.get_delta_channel_history(config=fork_config, channels=["d"])
+
+
+# -- 7. a retry more than STRAY_AGE after its first attempt -----------------------------------
+
+
+def old_id(moment: Any) -> ObjectId:
+    """A unique ObjectId generated at ``moment``."""
+    return ObjectId(ObjectId.from_datetime(moment).binary[:4] + ObjectId().binary[4:])
+
+
+async def test_late_retry_beside_prune_is_never_stored_without_its_values(api: Api) -> None:
+    """The first attempt of a put stored its values and died before its checkpoint (a
+    crash, an outage); the same put is retried after a restart more than ``STRAY_AGE``
+    (one hour) later. Its bulk write finds the heads stored, inserts nothing and adopts
+    them, but they keep the first attempt's ``_id``, so to maintenance they are old
+    values no checkpoint names. A ``prune`` of the thread running between the retry's value
+    write and its checkpoint write deletes them as strays; the checkpoint then lands
+    (its parent is stored, the probe matches) and the put returns success, naming values
+    that are gone: every read of the thread raises ``MissingValueError``. "The same call
+    again is harmless ... after a restart"; "a checkpoint is stored whole or not at all"."""
+    thread = await three(api)
+    args = thread.prepare([msg(i) for i in range(4)], side=["s"])
+    await lost_reply(api, BLOBS, lambda: api.put(*args))  # values stored, no checkpoint
+    # ... two hours ago: the same documents, with the _id they would then have got.
+    then = (await api.run(server_now())) - timedelta(hours=2)
+    version = args[3]["messages"]
+    for doc in await api.docs(BLOBS, {"version": {"$in": list(args[3].values())}}):
+        await maybe_await(api.raw(BLOBS).delete_one({"_id": doc["_id"]}))
+        await maybe_await(
+            api.raw(BLOBS).insert_one({**doc, "_id": old_id(then)})
+        )
+    assert await api.count(BLOBS, {"channel": "messages", "version": version}) == 1
+    restarted = api.reopened()
+    operation = restarted.saver.ops.put(*args)
+
+    async def prune() -> None:
+        await restarted.prune(["t"], strategy="keep_latest")
+
+    await step_until(
+        restarted,
+        operation,
+        lambda c: (c.collection, c.method) == (CHECKPOINTS, "bulk_write"),
+        prune,
+    )
+    await thread.check(restarted)  # raises MissingValueError
