@@ -22,8 +22,8 @@ from mongo_ckpt import ConflictingValueError, StaleParentError
 from mongo_ckpt.calls import Call
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.drivers import aexecute, execute
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from mongo_ckpt.tombstones import DOOMED
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.tombstones import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api
@@ -318,3 +318,45 @@ async def test_late_retry_beside_prune_is_never_stored_without_its_values(api: A
         prune,
     )
     await thread.check(restarted)  # raises MissingValueError
+
+
+# -- 8. a lease that runs out after the re-check -------------------------------------------
+
+
+async def test_lease_running_out_after_the_recheck_does_not_delete_a_forks_parent(
+    api: Api,
+) -> None:
+    """``_delete_checkpoints`` re-checks its lease (``_lease_renewed``) before it marks,
+    not before it deletes: the marks (``update_many`` on every write and value of the
+    doomed checkpoints, unbounded) run after the check. When they outlast the rest of the
+    lease (here: the tombstones are aged 11 minutes while the first mark runs, as a
+    paused process or a long mark would), a fork from a doomed checkpoint finds the
+    tombstone expired, is accepted, and prune then deletes its parent: the fork's
+    DeltaChannel history has a hole (``MissingHistoryError``). Contract: "maintenance
+    that outlives a lease re-checks before it deletes"."""
+    fork = await Fork.build(api, "history")  # c1..c4; the fork continues from c2
+    stored: dict[str, Any] = {}
+
+    async def slow_mark_then_fork() -> None:
+        now = await api.run(server_now())
+        aged = {"$set": {DOOMED_AT: now - timedelta(minutes=11)}}
+        await maybe_await(api.raw(CHECKPOINTS).update_many({DOOMED: {"$exists": True}}, aged))
+        writer = Stepper(api, fork.put(api))
+        await writer.finish()
+        stored["raised"] = writer.raised
+
+    operation = api.saver.ops.prune(["t"], "keep_latest")
+    await step_until(
+        api,
+        operation,
+        lambda c: (c.collection, c.method) == (WRITES, "update_many"),
+        slow_mark_then_fork,
+    )
+    if stored["raised"] is not None:
+        assert isinstance(stored["raised"], StaleParentError)
+        return
+    fork_config = {
+        "configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}
+    }
+    assert await api.get_tuple(fork_config) is not None
+    await api.get_delta_channel_history(config=fork_config, channels=["d"])
