@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
 from bson import ObjectId
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
@@ -28,7 +29,7 @@ from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import Api
 from tests.test_saver_fork_races import Fork, Stepper
-from tests.test_saver_put_retries import T, lost_reply, msg, three
+from tests.test_saver_put_retries import T, graph_on, lost_reply, msg, three
 
 
 async def step_until(api: Api, operation: Any, stop: Any, hook: Any) -> None:
@@ -178,7 +179,8 @@ async def test_put_landing_inside_delete_thread_is_never_stored_without_its_valu
             channel_values={"messages": [f"m{i}" for i in range(step)]},
             channel_versions=versions,
         )
-        configs.append(await api.put(configs[-1], checkpoint, generate_metadata(step=step), versions))
+        metadata = generate_metadata(step=step)
+        configs.append(await api.put(configs[-1], checkpoint, metadata, versions))
     deleting = Stepper(api, api.saver.ops.delete_thread("t"))
     await deleting.step()  # the checkpoints are gone, the values not yet
     versions = {"messages": f"{4:08}"}
@@ -270,7 +272,9 @@ async def test_idle_recheck_beside_prune_keeps_prunes_tombstones(api: Api) -> No
     if writer.raised is not None:
         assert isinstance(writer.raised, StaleParentError)
         return
-    fork_config = {"configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}}
+    fork_config = {
+        "configurable": {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}
+    }
     assert await api.get_tuple(fork_config) is not None
     await api.get_delta_channel_history(config=fork_config, channels=["d"])
 
@@ -360,3 +364,24 @@ async def test_lease_running_out_after_the_recheck_does_not_delete_a_forks_paren
     }
     assert await api.get_tuple(fork_config) is not None
     await api.get_delta_channel_history(config=fork_config, channels=["d"])
+
+
+async def test_graph_turn_inside_delete_thread_leaves_a_readable_thread(api: Api) -> None:
+    """The same with a real graph: a MessagesState thread is deleted while a new turn on
+    the thread id starts (the user opens a fresh conversation as the old one is being
+    deleted). The turn reads no checkpoint (they went first), runs, and stores its
+    checkpoints, all with values of their own; ``delete_thread`` then deletes the values
+    by thread. The turn returned its answer, but the thread cannot be read again
+    (``MissingValueError``), and every later turn fails. ``InMemorySaver``: the thread
+    holds the new turn, or nothing."""
+    graph = graph_on(api)
+    config = {"configurable": {"thread_id": "t"}}
+    for turn in range(2):
+        await api.invoke(graph, {"messages": [HumanMessage(f"h{turn}", id=f"h{turn}")]}, config)
+    deleting = Stepper(api, api.saver.ops.delete_thread("t"))
+    await deleting.step()  # the checkpoints are gone, the values not yet
+    await api.invoke(graph, {"messages": [HumanMessage("new", id="new")]}, config)
+    await deleting.finish()
+    assert deleting.raised is None
+    state = await api.state(graph, config)  # raises MissingValueError
+    assert [m.content for m in state.values.get("messages", [])] in ([], ["new", "#1"])
