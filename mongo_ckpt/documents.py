@@ -143,6 +143,19 @@ class ValueWrites:
     heads: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
+TOUCHED_AT = "touched_at"
+"""On value documents: the server's time of the last write of the value (its first or a
+retry's), by which maintenance judges a value no checkpoint names; documents written before
+it existed are judged by their ``_id``."""
+
+
+def value_upsert(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The upsert of one value part: its fields written once (first write wins), its
+    ``touched_at`` set to the server's time on every write, so a retry's values are as young
+    as its write."""
+    return {"$setOnInsert": fields, "$currentDate": {TOUCHED_AT: True}}
+
+
 def blob_requests(
     thread_id: str,
     checkpoint_ns: str,
@@ -181,8 +194,7 @@ def blob_requests(
                 out.heads[len(out.requests)] = (thread_id, checkpoint_ns, channel, version)
                 if delta is not None:
                     fields.update(delta.head_fields())
-            update = {"$setOnInsert": fields}
-            out.requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
+            out.requests.append(UpdateOne({**key, "part": part}, value_upsert(fields), upsert=True))
         if len(parts) > 1:
             out.multipart.append(key)
     return out

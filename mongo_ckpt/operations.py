@@ -40,7 +40,7 @@ from mongo_ckpt.calls import (
     next_batch,
     update_many,
 )
-from mongo_ckpt.clock import server_now
+from mongo_ckpt.clock import aware, server_now
 from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
@@ -50,6 +50,7 @@ from mongo_ckpt.delta import (
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
+    TOUCHED_AT,
     ConflictingValueError,
     ValueWrites,
     blob_requests,
@@ -821,13 +822,13 @@ class CheckpointOperations:
         of such documents go too, and so do old parts that their head does not join
         (``payload.stray_parts``)."""
         threads = set(thread_ids)
-        cutoff = ObjectId.from_datetime(now - STRAY_AGE)
-        # The threads' documents by the key index; their age is judged here, by ``_id``.
+        cutoff = now - STRAY_AGE
+        # The threads' documents by the key index; their age is judged here (``_older``).
         query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
         found: dict[str, builtins.list[Document]] = {}
         stray: set[Any] = set()
         for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
-            projection = _fields((*fields, "part", "vid", DOOMED))
+            projection = _fields((*fields, "part", "vid", DOOMED, TOUCHED_AT))
             docs = yield from find(collection, query, projection=projection)
             found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
             # Parts no head joins, judged against every head of the threads.
@@ -850,14 +851,34 @@ class CheckpointOperations:
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+                # Still marked or still old: a value write since the find (a retry adopting
+                # the value, which unmarks and touches it) keeps its document.
+                chosen = {
+                    "thread_id": {"$in": owners},
+                    "_id": {"$in": sorted(ids)},
+                    "$or": [{DOOMED: True}, *_older_query(cutoff)],
+                }
                 result = yield from delete_many(collection, chosen)
                 deleted.add(collection, result.deleted_count)
 
 
-def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
-    """Whether ``doc`` was inserted before ``cutoff`` (by its ObjectId ``_id``)."""
-    return isinstance(doc["_id"], ObjectId) and doc["_id"] < cutoff
+def _older(doc: Mapping[str, Any], cutoff: datetime) -> bool:
+    """Whether ``doc`` was last written before ``cutoff`` (server time): by ``touched_at``,
+    or by its ObjectId ``_id`` when written before ``touched_at`` existed."""
+    touched = doc.get(TOUCHED_AT)
+    if isinstance(touched, datetime):
+        return aware(touched) < cutoff
+    return touched is None and isinstance(doc["_id"], ObjectId) and doc["_id"] < (
+        ObjectId.from_datetime(cutoff)
+    )
+
+
+def _older_query(cutoff: datetime) -> builtins.list[dict[str, Any]]:
+    """``_older`` as query clauses (one of them matches)."""
+    return [
+        {TOUCHED_AT: {"$lt": cutoff}},
+        {TOUCHED_AT: {"$exists": False}, "_id": {"$lt": ObjectId.from_datetime(cutoff)}},
+    ]
 
 
 def _fields(names: Iterable[str]) -> dict[str, int]:
