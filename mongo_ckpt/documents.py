@@ -16,6 +16,7 @@ from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
 from mongo_ckpt.payload import split
+from mongo_ckpt.tombstones import DOOMED
 
 _MAX_INT64 = 2**63 - 1
 
@@ -152,8 +153,14 @@ it existed are judged by their ``_id``."""
 def value_upsert(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The upsert of one value part: its fields written once (first write wins), its
     ``touched_at`` set to the server's time on every write, so a retry's values are as young
-    as its write."""
-    return {"$setOnInsert": fields, "$currentDate": {TOUCHED_AT: True}}
+    as its write, and a maintenance mark left by a refused call cleared: maintenance
+    deletes a value only while it is still marked or still old, and a mark set after this
+    write is one the put's parent check sees."""
+    return {
+        "$setOnInsert": fields,
+        "$currentDate": {TOUCHED_AT: True},
+        "$unset": {DOOMED: ""},
+    }
 
 
 def blob_requests(
