@@ -946,16 +946,18 @@ def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[N
         yield from bulk_write(collection, requests, ordered=False)
 
 
-def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
-    dropped = {"_id"}
-    if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
-        dropped |= {tombstones.DOOMED, tombstones.DOOMED_AT}
-    doc = {k: v for k, v in doc.items() if k not in dropped}
+def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:
+    source = doc["thread_id"]
+    doc = {k: v for k, v in doc.items() if k != "_id"} | {"thread_id": target}
+    key = {f: doc.get(f) for f in _KEY_FIELDS[collection]}
     if collection == CHECKPOINTS:
-        doc[COPIED_FROM] = doc["thread_id"]
-    doc["thread_id"] = target
+        # A tombstone belongs to the source's maintenance, and the copy is the target's
+        # activity now: ``created_at`` is the server's time of the copy.
+        own = (tombstones.DOOMED, tombstones.DOOMED_AT, "created_at")
+        copied = {k: v for k, v in doc.items() if k not in own} | {COPIED_FROM: source}
+        return UpdateOne(key, checkpoint_update(copied), upsert=True)
     if collection == BLOBS:
         doc["join"] = blob_join(*key_of(doc, BLOB_KEY))
     elif collection == WRITES:
         doc["join"] = write_join(*key_of(doc))
-    return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
+    return ReplaceOne(key, doc, upsert=True)
