@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -84,6 +84,7 @@ from mongo_ckpt.listdelta import (
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
+    Key,
     Loaded,
     MissingValueError,
     blob_keys_query,
@@ -111,15 +112,21 @@ _KEY_FIELDS = {
     WRITES: (*WRITE_KEY, "part"),
 }
 SKELETON = {f: 1 for f in (*CHECKPOINT_KEY, "parent_checkpoint_id", "values", "replay", "run_id")}
+LOOK = {**SKELETON, tombstones.DOOMED: 1, "created_at": 1}  # maintenance's reads of threads
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
 DOOMED, DOOMED_AT = tombstones.DOOMED, tombstones.DOOMED_AT
+MARK = {"$set": {DOOMED: True}}
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
+
+
+# Which of some doomed checkpoints (keys) to keep, given the threads' checkpoints as read.
+Spare = Callable[[Sequence[Document], set[Key]], set[Key]]
 
 
 class ThreadExistsError(ValueError):
@@ -720,97 +727,118 @@ class CheckpointOperations:
     def _expire(
         self, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
     ) -> Operation[None]:
-        """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``."""
+        """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``.
+
+        Tombstones first, then a look for checkpoints stored since the cutoff: a put that
+        came first makes its thread active again; one that comes later finds its parent
+        tombstoned and takes its checkpoint back (``tombstones``); one without a parent (a
+        new conversation on the thread id) is not one this call tombstoned, so it stays.
+        """
         now = yield from server_now()
-        # Tombstones first, then a look for checkpoints stored since the cutoff: a put
-        # that came first makes its thread active again; one that comes later finds its
-        # parent tombstoned and takes its checkpoint back (``tombstones``).
-        token = ObjectId()
-        threads_query = {"thread_id": {"$in": list(thread_ids)}}
-        yield from update_many(CHECKPOINTS, threads_query, tombstones.tombstone(token, now))
-        recent = {**threads_query, "created_at": {"$gte": cutoff}}
-        active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-        if (yield from self._lease_renewed(threads_query, token, now)):
-            active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-        if active:
-            spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
-            yield from update_many(CHECKPOINTS, spared, tombstones.UNTOMBSTONE)
-        expired = [t for t in thread_ids if t not in active]
+
+        def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+            recent = _active_threads(stored, cutoff)
+            return {k for k in gone if k[0] in recent}
+
+        threads = {"thread_id": {"$in": sorted(thread_ids)}}
+        stored = yield from self._delete_tombstoned(thread_ids, threads, active, now, deleted)
+        recent = _active_threads(stored, cutoff)
+        expired = [t for t in thread_ids if t not in recent]
         self.deltas.forget(expired)
-        if expired:
-            # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
-            threads_query = {"thread_id": {"$in": expired}}
-            mark = {"$set": {DOOMED: True}}
-            yield from update_many(WRITES, threads_query, mark)
-            yield from update_many(BLOBS, threads_query, mark)
-            result = yield from delete_many(CHECKPOINTS, threads_query)
-            deleted.add(CHECKPOINTS, result.deleted_count)
-            deleted.threads.extend(expired)
+        deleted.threads.extend(expired)
         yield from self._delete_unneeded(expired, now, deleted)
 
-    def _lease_renewed(
-        self, query: Mapping[str, Any], token: ObjectId, since: datetime
-    ) -> Operation[bool]:
-        """Renew this call's tombstones (set at ``since``, server time) when more than half
-        their lease has passed by the server's clock: a put meanwhile may have seen them
-        expired, so the caller reads the threads again (``True``)."""
+    def _lease_renewed(self, thread_ids: Sequence[str], token: ObjectId) -> Operation[bool]:
+        """Renew this call's tombstones (``token``) set more than half their lease ago by the
+        server's clock: a put meanwhile may have seen them expired, so the caller reads the
+        threads again (``True``)."""
         now = yield from server_now()
-        if now - since <= tombstones.TOMBSTONE_LEASE / 2:
-            return False
-        renew = {"$set": {tombstones.DOOMED_AT: now}}
-        yield from update_many(CHECKPOINTS, {**query, DOOMED: token}, renew)
-        return True
+        query = tombstones.half_spent({"thread_id": {"$in": sorted(thread_ids)}}, token, now)
+        result = yield from update_many(CHECKPOINTS, query, {"$set": {DOOMED_AT: now}})
+        return result.matched_count > 0
 
     def _skeletons(self, thread_ids: Iterable[str]) -> Operation[builtins.list[Document]]:
         query = {"thread_id": {"$in": sorted(thread_ids)}}
-        return (yield from find(CHECKPOINTS, query, projection=SKELETON))
+        return (yield from find(CHECKPOINTS, query, projection=LOOK))
 
     def _delete_checkpoints(
         self, thread_ids: Sequence[str], doomed: Sequence[Mapping[str, Any]]
     ) -> Operation[None]:
-        """Delete ``doomed`` checkpoints, their writes, and the values only they need.
-
-        Each step is safe to cut and retry:
-
-        1. tombstone the doomed checkpoints (chosen from an earlier read) at the server's
-           time, then read the threads' checkpoints again (and once more after renewing
-           the tombstones when half their lease has passed: ``_lease_renewed``): one
-           stored since is a survivor, and the doomed ones
-           it (or any survivor) rebuilds DeltaChannels from are spared. A put that comes after
-           the tombstones finds its parent tombstoned and takes its checkpoint back
-           (``tombstones``), so no checkpoint is stored on a parent about to go;
-        2. mark the writes of the checkpoints still doomed, and the value versions that
-           they, and no stored survivor, need (``values`` names list-delta bases too, so
-           a base lives as long as a checkpoint rebuilt from it);
-        3. delete those checkpoints;
-        4. delete marked documents no checkpoint needs (``_delete_unneeded``, which also
-           finishes any earlier call that was cut).
-        """
+        """Delete ``doomed`` checkpoints, their writes, and the values only they need
+        (``_delete_tombstoned``), sparing those a stored survivor rebuilds DeltaChannels
+        from; then the marked documents no checkpoint needs (``_delete_unneeded``, which
+        also finishes any earlier call that was cut)."""
         planned = {key_of(s) for s in doomed}
         now = yield from server_now()
+        deleted = Deleted()
         if planned:
-            token = ObjectId()
-            update = tombstones.tombstone(token, now)
-            yield from update_many(CHECKPOINTS, keys_query(planned), update)
-            stored = yield from self._skeletons(thread_ids)
-            if (yield from self._lease_renewed(keys_query(planned), token, now)):
-                stored = yield from self._skeletons(thread_ids)
-            alive = [s for s in stored if key_of(s) not in planned]
-            spared = planned & needed_ancestors(stored, alive)
-            if spared:
-                mine = {**keys_query(spared), DOOMED: token}
-                yield from update_many(CHECKPOINTS, mine, tombstones.UNTOMBSTONE)
-            gone = planned - spared
+
+            def needed(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+                return gone & needed_ancestors(stored, [s for s in stored if key_of(s) not in gone])
+
+            chosen = keys_query(planned)
+            yield from self._delete_tombstoned(thread_ids, chosen, needed, now, deleted)
+        yield from self._delete_unneeded(thread_ids, now, deleted)
+
+    def _delete_tombstoned(
+        self,
+        thread_ids: Sequence[str],
+        chosen: Mapping[str, Any],
+        spare: Spare,
+        now: datetime,
+        deleted: Deleted,
+        *,
+        claim_all: bool = False,
+    ) -> Operation[builtins.list[Document]]:
+        """Delete, by exact keys, the checkpoints of ``thread_ids`` matching ``chosen`` that
+        this call tombstones (``claim_all``: every one the first look finds, whoever's
+        tombstone it carries), except those ``spare(stored, keys)`` keeps; return the
+        threads' checkpoints as last read. Each step is safe to cut and retry:
+
+        1. tombstone at the server's time ``now`` the chosen checkpoints that carry no live
+           tombstone (another call's is never taken over), then read the threads'
+           checkpoints: one stored since is a survivor. A put that comes after the
+           tombstones finds its parent tombstoned and takes its checkpoint back
+           (``tombstones``); one without a parent is not tombstoned, so it stays;
+        2. spare (un-tombstone, by this call's token) what ``spare`` keeps, and mark the
+           writes of the rest and the value versions that they, and no stored survivor,
+           need (``values`` names list-delta bases too);
+        3. right before the delete, re-check the lease (``_lease_renewed``): when half of
+           it has passed, read the threads again and spare and unmark anew, since a put
+           may have seen a tombstone expired;
+        4. delete those checkpoints (``deleted`` counts them).
+        """
+        token = ObjectId()
+        claim = tombstones.tombstone(token, now)
+        yield from update_many(CHECKPOINTS, tombstones.unclaimed(chosen, now), claim)
+        stored = yield from self._skeletons(thread_ids)
+        mine = {key_of(s) for s in stored if claim_all or s.get(DOOMED) == token}
+        marked_writes: set[Key] = set()
+        marked_values: set[Key] = set()
+        while True:
+            gone = mine & {key_of(s) for s in stored}
+            gone -= spare(stored, gone)
+            if mine - gone:
+                kept = {**keys_query(mine - gone), DOOMED: token}
+                yield from update_many(CHECKPOINTS, kept, tombstones.UNTOMBSTONE)
             survivors = [s for s in stored if key_of(s) not in gone]
-            unused = needed_values(s for s in doomed if key_of(s) in gone)
+            unused = needed_values(s for s in stored if key_of(s) in gone)
             unused -= needed_values(survivors)
-            mark = {"$set": {DOOMED: True}}
-            if gone:
-                yield from update_many(WRITES, keys_query(gone), mark)
-                if unused:
-                    yield from update_many(BLOBS, blob_keys_query(unused), mark)
-                yield from delete_many(CHECKPOINTS, keys_query(gone))
-        yield from self._delete_unneeded(thread_ids, now, Deleted())
+            if gone - marked_writes:
+                yield from update_many(WRITES, keys_query(gone - marked_writes), MARK)
+            yield from _mark_values(unused - marked_values)
+            if marked_values - unused:  # now needed by a survivor stored meanwhile
+                unmark = {"$unset": {DOOMED: ""}}
+                yield from update_many(BLOBS, blob_keys_query(marked_values - unused), unmark)
+            marked_writes |= gone
+            marked_values = unused
+            if not (yield from self._lease_renewed(thread_ids, token)):
+                break
+            stored = yield from self._skeletons(thread_ids)
+        if gone:
+            query = keys_query(gone) if claim_all else {**keys_query(gone), DOOMED: token}
+            deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
+        return stored
 
     def _delete_unneeded(
         self, thread_ids: Iterable[str], now: datetime, deleted: Deleted
@@ -862,6 +890,15 @@ class CheckpointOperations:
                 deleted.add(collection, result.deleted_count)
 
 
+def _active_threads(stored: Iterable[Mapping[str, Any]], cutoff: datetime) -> set[str]:
+    """The threads with a checkpoint of ``stored`` written at or after ``cutoff``."""
+    return {
+        s["thread_id"]
+        for s in stored
+        if isinstance(s.get("created_at"), datetime) and aware(s["created_at"]) >= cutoff
+    }
+
+
 def _older(doc: Mapping[str, Any], cutoff: datetime) -> bool:
     """Whether ``doc`` was last written before ``cutoff`` (server time): by ``touched_at``,
     or by its ObjectId ``_id`` when written before ``touched_at`` existed."""
@@ -909,7 +946,7 @@ def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequ
 def _mark_values(keys: set[Any]) -> Operation[None]:
     """Mark the values of exact ``(thread, ns, channel, version)`` keys for maintenance."""
     if keys:
-        yield from update_many(BLOBS, blob_keys_query(keys), {"$set": {DOOMED: True}})
+        yield from update_many(BLOBS, blob_keys_query(keys), MARK)
 
 
 def _write_values(

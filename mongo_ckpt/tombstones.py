@@ -12,9 +12,11 @@ least one of them sees the other:
   the put reads the parent: one with a live tombstone (judged on the server's clock), or
   one that is gone while a value the checkpoint shares is gone or marked, takes the
   checkpoint back and raises ``StaleParentError``; a parent never stored is accepted;
-- maintenance sets a tombstone (``doomed``, ``doomed_at``) on each checkpoint it means to
-  delete, then reads the thread's checkpoints again: one stored meanwhile is a survivor,
-  so the values and the ancestry it needs stay (its parent among them).
+- maintenance sets a tombstone (``doomed``: the call's token, ``doomed_at``) on each
+  checkpoint it means to delete that carries no live one (``unclaimed``: another call's is
+  never taken over, so no call lifts another's), then reads the thread's checkpoints
+  again: one stored meanwhile is a survivor, so the values and the ancestry it needs stay
+  (its parent among them). It deletes only checkpoints carrying its token.
 
 A tombstone is live for ``TOMBSTONE_LEASE``: one left by a call that was cut stops puts
 no longer than that.
@@ -80,6 +82,19 @@ def is_live(doc: Mapping[str, Any], now: datetime) -> bool:
 
 def tombstone(token: ObjectId, now: datetime) -> dict[str, Any]:
     return {"$set": {DOOMED: token, DOOMED_AT: now}}
+
+
+def unclaimed(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """``query`` narrowed to checkpoints without a live tombstone at the server's time
+    ``now``: a maintenance call never takes over another's live tombstone (``is_live``)."""
+    free = {"$or": [{DOOMED: {"$exists": False}}, {DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE}}]}
+    return {"$and": [dict(query), free]}
+
+
+def half_spent(query: Mapping[str, Any], token: ObjectId, now: datetime) -> dict[str, Any]:
+    """The checkpoints of ``query`` carrying this call's tombstone (``token``) set more
+    than half a lease before ``now``, by their stored ``doomed_at``."""
+    return {**query, DOOMED: token, DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE / 2}}
 
 
 UNTOMBSTONE = {"$unset": {DOOMED: "", DOOMED_AT: ""}}
