@@ -584,29 +584,28 @@ class CheckpointOperations:
             yield from _write_values(WRITES, WRITE_KEY, requests)
 
     def delete_thread(self, thread_id: str) -> Operation[None]:
-        query = {"thread_id": coerce_id(thread_id, "thread_id")}
-        self.deltas.forget([query["thread_id"]])
-        yield from self._delete(query, query, query)
-
-    def _delete(
-        self,
-        checkpoints: Mapping[str, Any],
-        writes: Mapping[str, Any],
-        blobs: Mapping[str, Any],
-    ) -> Operation[Deleted]:
-        deleted = Deleted()
-        # Checkpoints go first so a reader never sees one whose values are gone.
-        for collection, query in ((CHECKPOINTS, checkpoints), (WRITES, writes), (BLOBS, blobs)):
-            deleted.add(collection, (yield from delete_many(collection, query)).deleted_count)
-        return deleted
+        yield from self.delete_threads([coerce_id(thread_id, "thread_id")])
 
     def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
-        """Delete the threads whole (``prune`` strategy ``delete``); what was deleted."""
-        ids = coerce_ids(thread_ids, "thread_ids")
+        """Delete the threads whole (``delete_thread``, ``prune`` strategy ``delete``); what
+        was deleted.
+
+        By exact keys, as other maintenance: every checkpoint the look after the tombstones
+        finds, its writes and the values it needs (``_delete_tombstoned``), then the
+        threads' documents no checkpoint needs that are marked or older than ``STRAY_AGE``
+        (``_delete_unneeded``). A put that lands meanwhile is refused when it continues
+        from a checkpoint being deleted; one stored whole (without a parent, or with every
+        value its own) keeps what it names.
+        """
+        ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
+        deleted = Deleted(threads=ids)
+        if not ids:
+            return deleted
         self.deltas.forget(ids)
-        threads = {"thread_id": {"$in": sorted(ids)}}
-        deleted = yield from self._delete(threads, threads, threads)
-        deleted.threads = sorted(set(ids))
+        now = yield from server_now()
+        threads = {"thread_id": {"$in": ids}}
+        yield from self._delete_tombstoned(ids, threads, _none, now, deleted, claim_all=True)
+        yield from self._delete_unneeded(ids, now, deleted)
         return deleted
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Operation[None]:
@@ -888,6 +887,11 @@ class CheckpointOperations:
                 }
                 result = yield from delete_many(collection, chosen)
                 deleted.add(collection, result.deleted_count)
+
+
+def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+    """Spare nothing (``Spare``)."""
+    return set()
 
 
 def _active_threads(stored: Iterable[Mapping[str, Any]], cutoff: datetime) -> set[str]:

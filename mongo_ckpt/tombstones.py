@@ -16,7 +16,8 @@ least one of them sees the other:
   checkpoint it means to delete that carries no live one (``unclaimed``: another call's is
   never taken over, so no call lifts another's), then reads the thread's checkpoints
   again: one stored meanwhile is a survivor, so the values and the ancestry it needs stay
-  (its parent among them). It deletes only checkpoints carrying its token.
+  (its parent among them). It deletes only checkpoints carrying its token (a whole-thread
+  delete: every checkpoint of that look).
 
 A tombstone is live for ``TOMBSTONE_LEASE``: one left by a call that was cut stops puts
 no longer than that.
