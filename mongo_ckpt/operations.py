@@ -590,8 +590,8 @@ class CheckpointOperations:
         """Delete the threads whole (``delete_thread``, ``prune`` strategy ``delete``); what
         was deleted.
 
-        By exact keys, as other maintenance: every checkpoint the look after the tombstones
-        finds, its writes and the values it needs (``_delete_tombstoned``), then the
+        By exact keys, as other maintenance: every checkpoint tombstoned at the look after
+        the tombstones, its writes and the values it needs (``_delete_tombstoned``), then the
         threads' documents no checkpoint needs that are marked or older than ``STRAY_AGE``
         (``_delete_unneeded``). A put that lands meanwhile is refused when it continues
         from a checkpoint being deleted; one stored whole (without a parent, or with every
@@ -603,8 +603,7 @@ class CheckpointOperations:
             return deleted
         self.deltas.forget(ids)
         now = yield from server_now()
-        threads = {"thread_id": {"$in": ids}}
-        yield from self._delete_tombstoned(ids, threads, _none, now, deleted, claim_all=True)
+        yield from self._delete_tombstoned(ids, None, _none, now, deleted)
         yield from self._delete_unneeded(ids, now, deleted)
         return deleted
 
@@ -629,16 +628,30 @@ class CheckpointOperations:
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
         yield from self.check_copy_target(source, target)
-        # The checkpoints as they are now, then their values and writes, then those
-        # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
-        # may have been missed) is not copied.
+        # The checkpoints as they are now, then the values and writes they name (exact
+        # keys: nothing unnamed, which no maintenance of a deleted target would remove),
+        # then those checkpoints, as in ``put``: a checkpoint written during the copy
+        # (whose values may have been missed) is not copied.
         query = {"thread_id": source}
-        ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
-        for collection in (BLOBS, WRITES):
-            yield from _copy(collection, query, target)
+        ids = yield from self._skeletons([source])
+        if ids:
+            values = needed_values(ids)
+            if values:
+                yield from _copy(BLOBS, blob_keys_query(values), target)
+            yield from _copy(WRITES, keys_query(key_of(s) for s in ids), target)
+        copied: set[Key] = set()
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
-            yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+            copied |= yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+        # Checkpoints deleted from the source meanwhile were not copied: what the copy
+        # wrote for them alone is marked for maintenance (``delete_thread`` of the target
+        # removes it with the rest).
+        missed = [s for s in ids if key_of(s) not in copied]
+        if missed:
+            unused = needed_values(missed) - needed_values(s for s in ids if key_of(s) in copied)
+            yield from _mark_values({(target, *k[1:]) for k in unused})
+            writes = keys_query((target, *key_of(s)[1:]) for s in missed)
+            yield from update_many(WRITES, writes, MARK)
 
     def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Raise ``ThreadExistsError`` when the target has checkpoints of its own: copying
@@ -739,20 +752,19 @@ class CheckpointOperations:
             recent = _active_threads(stored, cutoff)
             return {k for k in gone if k[0] in recent}
 
-        threads = {"thread_id": {"$in": sorted(thread_ids)}}
-        stored = yield from self._delete_tombstoned(thread_ids, threads, active, now, deleted)
+        stored = yield from self._delete_tombstoned(thread_ids, None, active, now, deleted)
         recent = _active_threads(stored, cutoff)
         expired = [t for t in thread_ids if t not in recent]
         self.deltas.forget(expired)
         deleted.threads.extend(expired)
         yield from self._delete_unneeded(expired, now, deleted)
 
-    def _lease_renewed(self, thread_ids: Sequence[str], token: ObjectId) -> Operation[bool]:
-        """Renew this call's tombstones (``token``) set more than half their lease ago by the
-        server's clock: a put meanwhile may have seen them expired, so the caller reads the
-        threads again (``True``)."""
+    def _lease_renewed(self, doomed: set[Key]) -> Operation[bool]:
+        """Renew the tombstones on the checkpoints ``doomed`` (this call's or another's) set
+        more than half their lease ago by the server's clock: a put meanwhile may have seen
+        them expired, so the caller reads the threads again (``True``)."""
         now = yield from server_now()
-        query = tombstones.half_spent({"thread_id": {"$in": sorted(thread_ids)}}, token, now)
+        query = tombstones.half_spent(keys_query(doomed), now)
         result = yield from update_many(CHECKPOINTS, query, {"$set": {DOOMED_AT: now}})
         return result.matched_count > 0
 
@@ -775,50 +787,52 @@ class CheckpointOperations:
             def needed(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
                 return gone & needed_ancestors(stored, [s for s in stored if key_of(s) not in gone])
 
-            chosen = keys_query(planned)
-            yield from self._delete_tombstoned(thread_ids, chosen, needed, now, deleted)
+            yield from self._delete_tombstoned(thread_ids, planned, needed, now, deleted)
         yield from self._delete_unneeded(thread_ids, now, deleted)
 
     def _delete_tombstoned(
         self,
         thread_ids: Sequence[str],
-        chosen: Mapping[str, Any],
+        planned: set[Key] | None,
         spare: Spare,
         now: datetime,
         deleted: Deleted,
-        *,
-        claim_all: bool = False,
     ) -> Operation[builtins.list[Document]]:
-        """Delete, by exact keys, the checkpoints of ``thread_ids`` matching ``chosen`` that
-        this call tombstones (``claim_all``: every one the first look finds, whoever's
-        tombstone it carries), except those ``spare(stored, keys)`` keeps; return the
-        threads' checkpoints as last read. Each step is safe to cut and retry:
+        """Delete, by exact keys, the checkpoints ``planned`` (``None``: every checkpoint of
+        ``thread_ids``) that carry a tombstone at the look, except those ``spare(stored,
+        keys)`` keeps; return the threads' checkpoints as last read. Each step is safe to
+        cut and retry:
 
-        1. tombstone at the server's time ``now`` the chosen checkpoints that carry no live
-           tombstone (another call's is never taken over), then read the threads'
-           checkpoints: one stored since is a survivor. A put that comes after the
+        1. tombstone at the server's time ``now`` the planned checkpoints without a live
+           tombstone (another call's is never taken over, nor lifted: that call, or one
+           cut, is deleting them too), then read the threads' checkpoints: one stored
+           since has no tombstone and is a survivor. A put that comes after the
            tombstones finds its parent tombstoned and takes its checkpoint back
-           (``tombstones``); one without a parent is not tombstoned, so it stays;
+           (``tombstones``); one stored whole without it (no parent) stays;
         2. spare (un-tombstone, by this call's token) what ``spare`` keeps, and mark the
            writes of the rest and the value versions that they, and no stored survivor,
            need (``values`` names list-delta bases too);
         3. right before the delete, re-check the lease (``_lease_renewed``): when half of
            it has passed, read the threads again and spare and unmark anew, since a put
            may have seen a tombstone expired;
-        4. delete those checkpoints (``deleted`` counts them).
+        4. delete those checkpoints that still carry a tombstone (``deleted`` counts them).
         """
         token = ObjectId()
+        threads = {"thread_id": {"$in": sorted(thread_ids)}}
+        chosen = threads if planned is None else keys_query(planned)
         claim = tombstones.tombstone(token, now)
         yield from update_many(CHECKPOINTS, tombstones.unclaimed(chosen, now), claim)
         stored = yield from self._skeletons(thread_ids)
-        mine = {key_of(s) for s in stored if claim_all or s.get(DOOMED) == token}
+        doomed = {
+            key_of(s) for s in stored if DOOMED in s and (planned is None or key_of(s) in planned)
+        }
         marked_writes: set[Key] = set()
         marked_values: set[Key] = set()
         while True:
-            gone = mine & {key_of(s) for s in stored}
+            gone = doomed & {key_of(s) for s in stored}
             gone -= spare(stored, gone)
-            if mine - gone:
-                kept = {**keys_query(mine - gone), DOOMED: token}
+            if doomed - gone:
+                kept = {**keys_query(doomed - gone), DOOMED: token}
                 yield from update_many(CHECKPOINTS, kept, tombstones.UNTOMBSTONE)
             survivors = [s for s in stored if key_of(s) not in gone]
             unused = needed_values(s for s in stored if key_of(s) in gone)
@@ -831,11 +845,11 @@ class CheckpointOperations:
                 yield from update_many(BLOBS, blob_keys_query(marked_values - unused), unmark)
             marked_writes |= gone
             marked_values = unused
-            if not (yield from self._lease_renewed(thread_ids, token)):
+            if not gone or not (yield from self._lease_renewed(gone)):
                 break
             stored = yield from self._skeletons(thread_ids)
         if gone:
-            query = keys_query(gone) if claim_all else {**keys_query(gone), DOOMED: token}
+            query = {**keys_query(gone), DOOMED: {"$exists": True}}
             deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
         return stored
 
@@ -978,13 +992,17 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:
+def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[set[Key]]:
+    """Copy the documents ``query`` matches onto thread ``target``; their source keys."""
+    copied: set[Key] = set()
     cursor = yield from find_cursor(collection, query)
     while docs := (yield from next_batch(cursor, COPY_BATCH)):
         requests: builtins.list[WriteRequest] = [
             _copy_request(collection, doc, target) for doc in docs
         ]
         yield from bulk_write(collection, requests, ordered=False)
+        copied.update(key_of(doc, _KEY_FIELDS[collection]) for doc in docs)
+    return copied
 
 
 def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:

@@ -16,8 +16,8 @@ least one of them sees the other:
   checkpoint it means to delete that carries no live one (``unclaimed``: another call's is
   never taken over, so no call lifts another's), then reads the thread's checkpoints
   again: one stored meanwhile is a survivor, so the values and the ancestry it needs stay
-  (its parent among them). It deletes only checkpoints carrying its token (a whole-thread
-  delete: every checkpoint of that look).
+  (its parent among them). It deletes only checkpoints still tombstoned, and lifts only
+  its own tombstones (by token).
 
 A tombstone is live for ``TOMBSTONE_LEASE``: one left by a call that was cut stops puts
 no longer than that.
@@ -92,10 +92,10 @@ def unclaimed(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     return {"$and": [dict(query), free]}
 
 
-def half_spent(query: Mapping[str, Any], token: ObjectId, now: datetime) -> dict[str, Any]:
-    """The checkpoints of ``query`` carrying this call's tombstone (``token``) set more
-    than half a lease before ``now``, by their stored ``doomed_at``."""
-    return {**query, DOOMED: token, DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE / 2}}
+def half_spent(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The checkpoints of ``query`` carrying a tombstone set more than half a lease before
+    the server's time ``now``, by their stored ``doomed_at``."""
+    return {**query, DOOMED: {"$exists": True}, DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE / 2}}
 
 
 UNTOMBSTONE = {"$unset": {DOOMED: "", DOOMED_AT: ""}}
