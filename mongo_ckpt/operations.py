@@ -892,12 +892,16 @@ class CheckpointOperations:
             }
             if ids:
                 owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-                # Still marked or still old: a value write since the find (a retry adopting
-                # the value, which unmarks and touches it) keeps its document.
+                # Still marked or not written since: a value write after the find (a retry
+                # adopting the value unmarks and touches it) keeps its document.
                 chosen = {
                     "thread_id": {"$in": owners},
                     "_id": {"$in": sorted(ids)},
-                    "$or": [{DOOMED: True}, *_older_query(cutoff)],
+                    "$or": [
+                        {DOOMED: True},
+                        {TOUCHED_AT: {"$lt": cutoff}},
+                        {TOUCHED_AT: {"$exists": False}},
+                    ],
                 }
                 result = yield from delete_many(collection, chosen)
                 deleted.add(collection, result.deleted_count)
@@ -926,14 +930,6 @@ def _older(doc: Mapping[str, Any], cutoff: datetime) -> bool:
     return touched is None and isinstance(doc["_id"], ObjectId) and doc["_id"] < (
         ObjectId.from_datetime(cutoff)
     )
-
-
-def _older_query(cutoff: datetime) -> builtins.list[dict[str, Any]]:
-    """``_older`` as query clauses (one of them matches)."""
-    return [
-        {TOUCHED_AT: {"$lt": cutoff}},
-        {TOUCHED_AT: {"$exists": False}, "_id": {"$lt": ObjectId.from_datetime(cutoff)}},
-    ]
 
 
 def _fields(names: Iterable[str]) -> dict[str, int]:

@@ -88,8 +88,9 @@ def tombstone(token: ObjectId, now: datetime) -> dict[str, Any]:
 def unclaimed(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """``query`` narrowed to checkpoints without a live tombstone at the server's time
     ``now``: a maintenance call never takes over another's live tombstone (``is_live``)."""
-    free = {"$or": [{DOOMED: {"$exists": False}}, {DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE}}]}
-    return {"$and": [dict(query), free]}
+    # No ``doomed_at`` (no tombstone) or an older one; no ``$or``, so ``query``'s own
+    # fields still pick the index.
+    return {**query, DOOMED_AT: {"$not": {"$gte": now - TOMBSTONE_LEASE}}}
 
 
 def half_spent(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
