@@ -843,6 +843,8 @@ class CheckpointOperations:
             if marked_values - unused:  # now needed by a survivor stored meanwhile
                 unmark = {"$unset": {DOOMED: ""}}
                 yield from update_many(BLOBS, blob_keys_query(marked_values - unused), unmark)
+            # A spared checkpoint's writes may stay marked: maintenance keeps the writes of
+            # every stored checkpoint, and no put judges them.
             marked_writes |= gone
             marked_values = unused
             if not gone or not (yield from self._lease_renewed(gone)):
