@@ -117,7 +117,7 @@ PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
 DOOMED, DOOMED_AT = tombstones.DOOMED, tombstones.DOOMED_AT
-MARK = {"$set": {DOOMED: True}}
+MARK, UNMARK = {"$set": {DOOMED: True}}, {"$unset": {DOOMED: ""}}
 # Value and write documents no checkpoint names are deleted by maintenance once this old:
 # a put writes its values before its checkpoint, so a younger one may be on its way.
 STRAY_AGE = timedelta(hours=1)
@@ -840,13 +840,12 @@ class CheckpointOperations:
             if gone - marked_writes:
                 yield from update_many(WRITES, keys_query(gone - marked_writes), MARK)
             yield from _mark_values(unused - marked_values)
-            if marked_values - unused:  # now needed by a survivor stored meanwhile
-                unmark = {"$unset": {DOOMED: ""}}
-                yield from update_many(BLOBS, blob_keys_query(marked_values - unused), unmark)
-            # A spared checkpoint's writes may stay marked: maintenance keeps the writes of
-            # every stored checkpoint, and no put judges them.
-            marked_writes |= gone
-            marked_values = unused
+            # Spared, or needed by a survivor, since the last pass: unmarked again.
+            if marked_writes - gone:
+                yield from update_many(WRITES, keys_query(marked_writes - gone), UNMARK)
+            if marked_values - unused:
+                yield from update_many(BLOBS, blob_keys_query(marked_values - unused), UNMARK)
+            marked_writes, marked_values = gone, unused
             if not gone or not (yield from self._lease_renewed(gone)):
                 break
             stored = yield from self._skeletons(thread_ids)
