@@ -22,9 +22,10 @@ def server_now() -> Operation[datetime]:
     ``$currentDate`` on a small document of the schema collection: every backend
     implements it (``$$NOW`` is missing from some), and the value is the server's.
     """
-    doc = yield from find_one_and_update(
-        SCHEMA, {"_id": CLOCK_ID}, {"$currentDate": {"now": True}}, upsert=True
-    )
+    query, update = {"_id": CLOCK_ID}, {"$currentDate": {"now": True}}
+    doc = yield from find_one_and_update(SCHEMA, query, update, upsert=True)
+    if doc is None:  # the first upsert raced another one, and the server reported nothing
+        doc = yield from find_one_and_update(SCHEMA, query, update, upsert=True)
     assert doc is not None  # an upsert returning the document after the update
     return aware(doc["now"])
 

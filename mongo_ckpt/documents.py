@@ -16,6 +16,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
+from mongo_ckpt.maintenance import DOOMED, TOUCHED_AT
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -153,6 +154,19 @@ class ValueWrites:
     heads: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
+def value_upsert(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The upsert of one value part: its fields written once (first write wins), its
+    ``touched_at`` set to the server's time on every write, so a retry's values are as young
+    as its write, and a maintenance mark left by a refused call cleared: maintenance
+    deletes a value only while it is still marked or still old, and a mark set after this
+    write is one the put's parent check sees."""
+    return {
+        "$setOnInsert": fields,
+        "$currentDate": {TOUCHED_AT: True},
+        "$unset": {DOOMED: ""},
+    }
+
+
 def blob_requests(
     thread_id: str,
     checkpoint_ns: str,
@@ -191,8 +205,7 @@ def blob_requests(
                 out.heads[len(out.requests)] = (thread_id, checkpoint_ns, channel, version)
                 if delta is not None:
                     fields.update(delta.head_fields())
-            update = {"$setOnInsert": fields}
-            out.requests.append(UpdateOne({**key, "part": part}, update, upsert=True))
+            out.requests.append(UpdateOne({**key, "part": part}, value_upsert(fields), upsert=True))
         if len(parts) > 1:
             out.multipart.append(key)
     return out

@@ -12,9 +12,12 @@ least one of them sees the other:
   the put reads the parent: one with a live tombstone (judged on the server's clock), or
   one that is gone while a value the checkpoint shares is gone or marked, takes the
   checkpoint back and raises ``StaleParentError``; a parent never stored is accepted;
-- maintenance sets a tombstone (``doomed``, ``doomed_at``) on each checkpoint it means to
-  delete, then reads the thread's checkpoints again: one stored meanwhile is a survivor,
-  so the values and the ancestry it needs stay (its parent among them).
+- maintenance sets a tombstone (``doomed``: the call's token, ``doomed_at``) on each
+  checkpoint it means to delete that carries no live one (``unclaimed``: another call's is
+  never taken over, so no call lifts another's), then reads the thread's checkpoints
+  again: one stored meanwhile is a survivor, so the values and the ancestry it needs stay
+  (its parent among them). It deletes only checkpoints still tombstoned, and lifts only
+  its own tombstones (by token).
 
 A tombstone is live for ``TOMBSTONE_LEASE``: one left by a call that was cut stops puts
 no longer than that.
@@ -63,6 +66,7 @@ from mongo_ckpt.listdelta import chains_of
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     SKELETON,
+    Key,
     blob_keys_query,
     inactive_threads_pipeline,
     key_of,
@@ -71,6 +75,10 @@ from mongo_ckpt.reading import (
 )
 
 DOOMED, DOOMED_AT = "doomed", "doomed_at"
+TOUCHED_AT = "touched_at"
+"""On value documents: the server's time of the last write of the value (its first or a
+retry's), by which maintenance judges a value no checkpoint names; documents written before
+it existed are judged by their ``_id``."""
 DUPLICATE_KEY = 11000
 PROBE = "probe"  # a field no document has: unsetting it counts a match, changes nothing
 # Far longer than the few calls between a maintenance call's tombstones and its deletes.
@@ -82,11 +90,14 @@ SWEEP_BATCH = 500  # threads per round of the retention sweep: no command carrie
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
-MARK = {"$set": {DOOMED: True}}
+MARK, UNMARK = {"$set": {DOOMED: True}}, {"$unset": {DOOMED: ""}}
 UNTOMBSTONE = {"$unset": {DOOMED: "", DOOMED_AT: ""}}
 HEAD_FIELDS = dict.fromkeys((*BLOB_KEY, "base", DOOMED), 1)
+LOOK = {**SKELETON, DOOMED: 1, "created_at": 1}  # maintenance's reads of threads
 Forget = Callable[[Sequence[str]], None]
 """Drops what a saver instance remembers of the given threads (they are being deleted)."""
+Spare = Callable[[Sequence[Document], set[Key]], set[Key]]
+"""Which of some doomed checkpoints (keys) to keep, given the threads' checkpoints as read."""
 
 
 class StaleParentError(MongoCkptError, LookupError):
@@ -155,6 +166,20 @@ def is_live(doc: Mapping[str, Any], now: datetime) -> bool:
 
 def tombstone(token: ObjectId, now: datetime) -> dict[str, Any]:
     return {"$set": {DOOMED: token, DOOMED_AT: now}}
+
+
+def unclaimed(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """``query`` narrowed to checkpoints without a live tombstone at the server's time
+    ``now``: a maintenance call never takes over another's live tombstone (``is_live``)."""
+    # No ``doomed_at`` (no tombstone) or an older one; no ``$or``, so ``query``'s own
+    # fields still pick the index.
+    return {**query, DOOMED_AT: {"$not": {"$gte": now - TOMBSTONE_LEASE}}}
+
+
+def half_spent(query: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The checkpoints of ``query`` carrying a tombstone set more than half a lease before
+    the server's time ``now``, by their stored ``doomed_at``."""
+    return {**query, DOOMED: {"$exists": True}, DOOMED_AT: {"$lt": now - TOMBSTONE_LEASE / 2}}
 
 
 def judge_parent(
@@ -299,25 +324,28 @@ def delete_for_runs(forget: Forget, run_ids: Sequence[str]) -> Operation[None]:
 
 def delete_thread(forget: Forget, thread_id: str) -> Operation[None]:
     """Delete every checkpoint, write and value of ``thread_id``."""
-    query = {"thread_id": coerce_id(thread_id, "thread_id")}
-    forget([query["thread_id"]])
-    yield from _delete_whole(query)
+    yield from delete_threads(forget, [coerce_id(thread_id, "thread_id")])
 
 
 def delete_threads(forget: Forget, thread_ids: Sequence[str]) -> Operation[Deleted]:
-    """Delete the threads whole (``prune`` strategy ``delete``); what was deleted."""
-    ids = coerce_ids(thread_ids, "thread_ids")
+    """Delete the threads whole (``delete_thread``, ``prune`` strategy ``delete``); what
+    was deleted.
+
+    By exact keys, as other maintenance: every checkpoint tombstoned at the look after
+    the tombstones, its writes and the values it needs (``_delete_tombstoned``), then the
+    threads' documents no checkpoint needs that are marked or older than ``STRAY_AGE``
+    (``_delete_unneeded``). A put that lands meanwhile is refused when it continues
+    from a checkpoint being deleted; one stored whole (without a parent, or with every
+    value its own) keeps what it names.
+    """
+    ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
+    deleted = Deleted(threads=ids)
+    if not ids:
+        return deleted
     forget(ids)
-    deleted = yield from _delete_whole({"thread_id": {"$in": sorted(ids)}})
-    deleted.threads = sorted(set(ids))
-    return deleted
-
-
-def _delete_whole(threads: Mapping[str, Any]) -> Operation[Deleted]:
-    deleted = Deleted()
-    # Checkpoints go first so a reader never sees one whose values are gone.
-    for collection in (CHECKPOINTS, WRITES, BLOBS):
-        deleted.add(collection, (yield from delete_many(collection, threads)).deleted_count)
+    now = yield from server_now()
+    yield from _delete_tombstoned(ids, None, _none, now, deleted)
+    yield from _delete_unneeded(ids, now, deleted)
     return deleted
 
 
@@ -354,94 +382,137 @@ def delete_idle(
 def _expire(
     forget: Forget, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
 ) -> Operation[None]:
-    """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``."""
+    """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``.
+
+    Tombstones first, then a look for checkpoints stored since the cutoff: a put that
+    came first makes its thread active again; one that comes later finds its parent
+    tombstoned and takes its checkpoint back; one without a parent (a new conversation
+    on the thread id) is not one this call tombstoned, so it stays.
+    """
     now = yield from server_now()
-    # Tombstones first, then a look for checkpoints stored since the cutoff: a put
-    # that came first makes its thread active again; one that comes later finds its
-    # parent tombstoned and takes its checkpoint back.
-    token = ObjectId()
-    threads_query = {"thread_id": {"$in": list(thread_ids)}}
-    yield from update_many(CHECKPOINTS, threads_query, tombstone(token, now))
-    recent = {**threads_query, "created_at": {"$gte": cutoff}}
-    active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-    if (yield from _lease_renewed(threads_query, token, now)):
-        active = set((yield from distinct(CHECKPOINTS, "thread_id", recent)))
-    if active:
-        spared = {"thread_id": {"$in": sorted(active)}, DOOMED: token}
-        yield from update_many(CHECKPOINTS, spared, UNTOMBSTONE)
-    expired = [t for t in thread_ids if t not in active]
+
+    def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+        recent = _active_threads(stored, cutoff)
+        return {k for k in gone if k[0] in recent}
+
+    stored = yield from _delete_tombstoned(thread_ids, None, active, now, deleted)
+    recent = _active_threads(stored, cutoff)
+    expired = [t for t in thread_ids if t not in recent]
     forget(expired)
-    if expired:
-        # Marked first, as in ``_delete_checkpoints``: what a cut sweep leaves is marked.
-        threads_query = {"thread_id": {"$in": expired}}
-        yield from update_many(WRITES, threads_query, MARK)
-        yield from update_many(BLOBS, threads_query, MARK)
-        result = yield from delete_many(CHECKPOINTS, threads_query)
-        deleted.add(CHECKPOINTS, result.deleted_count)
-        deleted.threads.extend(expired)
+    deleted.threads.extend(expired)
     yield from _delete_unneeded(expired, now, deleted)
 
 
-def _lease_renewed(query: Mapping[str, Any], token: ObjectId, since: datetime) -> Operation[bool]:
-    """Renew this call's tombstones (set at ``since``, server time) when more than half
-    their lease has passed by the server's clock: a put meanwhile may have seen them
-    expired, so the caller reads the threads again (``True``)."""
+def _lease_renewed(doomed: set[Key]) -> Operation[bool]:
+    """Renew the tombstones on the checkpoints ``doomed`` (this call's or another's) set
+    more than half their lease ago by the server's clock: a put meanwhile may have seen
+    them expired, so the caller reads the threads again (``True``)."""
     now = yield from server_now()
-    if now - since <= TOMBSTONE_LEASE / 2:
-        return False
-    yield from update_many(CHECKPOINTS, {**query, DOOMED: token}, {"$set": {DOOMED_AT: now}})
-    return True
+    query = half_spent(keys_query(doomed), now)
+    result = yield from update_many(CHECKPOINTS, query, {"$set": {DOOMED_AT: now}})
+    return result.matched_count > 0
 
 
 def _skeletons(thread_ids: Iterable[str]) -> Operation[list[Document]]:
     query = {"thread_id": {"$in": sorted(thread_ids)}}
-    return (yield from find(CHECKPOINTS, query, projection=SKELETON))
+    return (yield from find(CHECKPOINTS, query, projection=LOOK))
 
 
 def _delete_checkpoints(
     thread_ids: Sequence[str], doomed: Sequence[Mapping[str, Any]]
 ) -> Operation[None]:
-    """Delete ``doomed`` checkpoints, their writes, and the values only they need.
-
-    Each step is safe to cut and retry:
-
-    1. tombstone the doomed checkpoints (chosen from an earlier read) at the server's
-       time, then read the threads' checkpoints again (and once more after renewing
-       the tombstones when half their lease has passed: ``_lease_renewed``): one
-       stored since is a survivor, and the doomed ones it (or any survivor) rebuilds
-       DeltaChannels from are spared. A put that comes after the tombstones finds its
-       parent tombstoned and takes its checkpoint back, so no checkpoint is stored on a
-       parent about to go;
-    2. mark the writes of the checkpoints still doomed, and the value versions that
-       they, and no stored survivor, need (``values`` names list-delta bases too, so
-       a base lives as long as a checkpoint rebuilt from it);
-    3. delete those checkpoints;
-    4. delete marked documents no checkpoint needs (``_delete_unneeded``, which also
-       finishes any earlier call that was cut).
-    """
+    """Delete ``doomed`` checkpoints, their writes, and the values only they need
+    (``_delete_tombstoned``), sparing those a stored survivor rebuilds DeltaChannels
+    from; then the marked documents no checkpoint needs (``_delete_unneeded``, which
+    also finishes any earlier call that was cut)."""
     planned = {key_of(s) for s in doomed}
     now = yield from server_now()
+    deleted = Deleted()
     if planned:
-        token = ObjectId()
-        yield from update_many(CHECKPOINTS, keys_query(planned), tombstone(token, now))
-        stored = yield from _skeletons(thread_ids)
-        if (yield from _lease_renewed(keys_query(planned), token, now)):
-            stored = yield from _skeletons(thread_ids)
-        alive = [s for s in stored if key_of(s) not in planned]
-        spared = planned & needed_ancestors(stored, alive)
-        if spared:
-            mine = {**keys_query(spared), DOOMED: token}
-            yield from update_many(CHECKPOINTS, mine, UNTOMBSTONE)
-        gone = planned - spared
+
+        def needed(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+            return gone & needed_ancestors(stored, [s for s in stored if key_of(s) not in gone])
+
+        yield from _delete_tombstoned(thread_ids, planned, needed, now, deleted)
+    yield from _delete_unneeded(thread_ids, now, deleted)
+
+
+def _delete_tombstoned(
+    thread_ids: Sequence[str],
+    planned: set[Key] | None,
+    spare: Spare,
+    now: datetime,
+    deleted: Deleted,
+) -> Operation[list[Document]]:
+    """Delete, by exact keys, the checkpoints ``planned`` (``None``: every checkpoint of
+    ``thread_ids``) that carry a tombstone at the look, except those ``spare(stored,
+    keys)`` keeps; return the threads' checkpoints as last read. Each step is safe to
+    cut and retry:
+
+    1. tombstone at the server's time ``now`` the planned checkpoints without a live
+       tombstone (another call's is never taken over, nor lifted: that call, or one
+       cut, is deleting them too), then read the threads' checkpoints: one stored
+       since has no tombstone and is a survivor. A put that comes after the
+       tombstones finds its parent tombstoned and takes its checkpoint back; one
+       stored whole without it (no parent) stays;
+    2. spare (un-tombstone, by this call's token) what ``spare`` keeps, and mark the
+       writes of the rest and the value versions that they, and no stored survivor,
+       need (``values`` names list-delta bases too, so a base lives as long as a
+       checkpoint rebuilt from it);
+    3. right before the delete, re-check the lease (``_lease_renewed``): when half of
+       it has passed, read the threads again and spare and unmark anew, since a put
+       may have seen a tombstone expired;
+    4. delete those checkpoints that still carry a tombstone (``deleted`` counts them).
+    """
+    token = ObjectId()
+    threads = {"thread_id": {"$in": sorted(thread_ids)}}
+    chosen = threads if planned is None else keys_query(planned)
+    yield from update_many(CHECKPOINTS, unclaimed(chosen, now), tombstone(token, now))
+    stored = yield from _skeletons(thread_ids)
+    doomed = {
+        key_of(s) for s in stored if DOOMED in s and (planned is None or key_of(s) in planned)
+    }
+    marked_writes: set[Key] = set()
+    marked_values: set[Key] = set()
+    while True:
+        gone = doomed & {key_of(s) for s in stored}
+        gone -= spare(stored, gone)
+        if doomed - gone:
+            kept = {**keys_query(doomed - gone), DOOMED: token}
+            yield from update_many(CHECKPOINTS, kept, UNTOMBSTONE)
         survivors = [s for s in stored if key_of(s) not in gone]
-        unused = needed_values(s for s in doomed if key_of(s) in gone)
+        unused = needed_values(s for s in stored if key_of(s) in gone)
         unused -= needed_values(survivors)
-        if gone:
-            yield from update_many(WRITES, keys_query(gone), MARK)
-            if unused:
-                yield from update_many(BLOBS, blob_keys_query(unused), MARK)
-            yield from delete_many(CHECKPOINTS, keys_query(gone))
-    yield from _delete_unneeded(thread_ids, now, Deleted())
+        if gone - marked_writes:
+            yield from update_many(WRITES, keys_query(gone - marked_writes), MARK)
+        yield from mark_values(unused - marked_values)
+        # Spared, or needed by a survivor, since the last pass: unmarked again.
+        if marked_writes - gone:
+            yield from update_many(WRITES, keys_query(marked_writes - gone), UNMARK)
+        if marked_values - unused:
+            yield from update_many(BLOBS, blob_keys_query(marked_values - unused), UNMARK)
+        marked_writes, marked_values = gone, unused
+        if not gone or not (yield from _lease_renewed(gone)):
+            break
+        stored = yield from _skeletons(thread_ids)
+    if gone:
+        query = {**keys_query(gone), DOOMED: {"$exists": True}}
+        deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
+    return stored
+
+
+def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+    """Spare nothing (``Spare``)."""
+    return set()
+
+
+def _active_threads(stored: Iterable[Mapping[str, Any]], cutoff: datetime) -> set[str]:
+    """The threads with a checkpoint of ``stored`` written at or after ``cutoff``."""
+    return {
+        s["thread_id"]
+        for s in stored
+        if isinstance(s.get("created_at"), datetime) and aware(s["created_at"]) >= cutoff
+    }
 
 
 def _delete_unneeded(thread_ids: Iterable[str], now: datetime, deleted: Deleted) -> Operation[None]:
@@ -452,13 +523,13 @@ def _delete_unneeded(thread_ids: Iterable[str], now: datetime, deleted: Deleted)
     of such documents go too, and so do old parts that their head does not join
     (``payload.stray_parts``)."""
     threads = set(thread_ids)
-    cutoff = ObjectId.from_datetime(now - STRAY_AGE)
-    # The threads' documents by the key index; their age is judged here, by ``_id``.
+    cutoff = now - STRAY_AGE
+    # The threads' documents by the key index; their age is judged here (``_older``).
     query = {"$or": [{DOOMED: True}, {"thread_id": {"$in": sorted(threads)}}]}
     found: dict[str, list[Document]] = {}
     stray: set[Any] = set()
     for collection, fields in ((WRITES, WRITE_KEY), (BLOBS, BLOB_KEY)):
-        projection = dict.fromkeys((*fields, "part", "vid", DOOMED), 1)
+        projection = dict.fromkeys((*fields, "part", "vid", DOOMED, TOUCHED_AT), 1)
         docs = yield from find(collection, query, projection=projection)
         found[collection] = [d for d in docs if d.get(DOOMED) or _older(d, cutoff)]
         # Parts no head joins, judged against every head of the threads.
@@ -481,11 +552,27 @@ def _delete_unneeded(thread_ids: Iterable[str], now: datetime, deleted: Deleted)
         }
         if ids:
             owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
-            chosen = {"thread_id": {"$in": owners}, "_id": {"$in": sorted(ids)}}
+            # Still marked or not written since: a value write after the find (a retry
+            # adopting the value unmarks and touches it) keeps its document.
+            chosen = {
+                "thread_id": {"$in": owners},
+                "_id": {"$in": sorted(ids)},
+                "$or": [
+                    {DOOMED: True},
+                    {TOUCHED_AT: {"$lt": cutoff}},
+                    {TOUCHED_AT: {"$exists": False}},
+                ],
+            }
             result = yield from delete_many(collection, chosen)
             deleted.add(collection, result.deleted_count)
 
 
-def _older(doc: Mapping[str, Any], cutoff: ObjectId) -> bool:
-    """Whether ``doc`` was inserted before ``cutoff`` (by its ObjectId ``_id``)."""
-    return isinstance(doc["_id"], ObjectId) and doc["_id"] < cutoff
+def _older(doc: Mapping[str, Any], cutoff: datetime) -> bool:
+    """Whether ``doc`` was last written before ``cutoff`` (server time): by ``touched_at``,
+    or by its ObjectId ``_id`` when written before ``touched_at`` existed."""
+    touched = doc.get(TOUCHED_AT)
+    if isinstance(touched, datetime):
+        return aware(touched) < cutoff
+    return touched is None and isinstance(doc["_id"], ObjectId) and doc["_id"] < (
+        ObjectId.from_datetime(cutoff)
+    )

@@ -53,6 +53,7 @@ from mongo_ckpt.calls import (
     find,
     find_cursor,
     next_batch,
+    update_many,
 )
 from mongo_ckpt.delta import (
     MissingHistoryError,
@@ -98,13 +99,16 @@ from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
     SKELETON,
+    Key,
     Loaded,
     MissingValueError,
     blob_keys_query,
     blobs_query,
     checkpoint_query,
     key_of,
+    keys_query,
     list_query,
+    needed_values,
     split_joined,
     tuple_pipeline,
     writes_query,
@@ -531,16 +535,30 @@ class CheckpointOperations:
         if source == target:
             raise ValueError("copy_thread needs two different thread ids")
         yield from self.check_copy_target(source, target)
-        # The checkpoints as they are now, then their values and writes, then those
-        # checkpoints, as in ``put``: a checkpoint written during the copy (whose values
-        # may have been missed) is not copied.
+        # The checkpoints as they are now, then the values and writes they name (exact
+        # keys: nothing unnamed, which no maintenance of a deleted target would remove),
+        # then those checkpoints, as in ``put``: a checkpoint written during the copy
+        # (whose values may have been missed) is not copied.
         query = {"thread_id": source}
-        ids = yield from find(CHECKPOINTS, query, projection={"_id": 1})
-        for collection in (BLOBS, WRITES):
-            yield from _copy(collection, query, target)
+        ids = yield from find(CHECKPOINTS, query, projection=SKELETON)
+        if ids:
+            values = needed_values(ids)
+            if values:
+                yield from _copy(BLOBS, blob_keys_query(values), target)
+            yield from _copy(WRITES, keys_query(key_of(s) for s in ids), target)
+        copied: set[Key] = set()
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
-            yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+            copied |= yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+        # Checkpoints deleted from the source meanwhile were not copied: what the copy
+        # wrote for them alone is marked for maintenance (``delete_thread`` of the target
+        # removes it with the rest).
+        missed = [s for s in ids if key_of(s) not in copied]
+        if missed:
+            unused = needed_values(missed) - needed_values(s for s in ids if key_of(s) in copied)
+            yield from maintenance.mark_values({(target, *k[1:]) for k in unused})
+            writes = keys_query((target, *key_of(s)[1:]) for s in missed)
+            yield from update_many(WRITES, writes, maintenance.MARK)
 
     def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         """Raise ``ThreadExistsError`` when the target has checkpoints of its own: copying
@@ -600,25 +618,31 @@ def _write_values(
     return result
 
 
-def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[None]:
+def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[set[Key]]:
+    """Copy the documents ``query`` matches onto thread ``target``; their source keys."""
+    copied: set[Key] = set()
     cursor = yield from find_cursor(collection, query)
     while docs := (yield from next_batch(cursor, COPY_BATCH)):
         requests: builtins.list[WriteRequest] = [
             _copy_request(collection, doc, target) for doc in docs
         ]
         yield from bulk_write(collection, requests, ordered=False)
+        copied.update(key_of(doc, _KEY_FIELDS[collection]) for doc in docs)
+    return copied
 
 
-def _copy_request(collection: str, doc: Document, target: str) -> ReplaceOne[Document]:
-    dropped = {"_id"}
-    if collection == CHECKPOINTS:  # a tombstone belongs to the source's maintenance
-        dropped |= {maintenance.DOOMED, maintenance.DOOMED_AT}
-    doc = {k: v for k, v in doc.items() if k not in dropped}
+def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:
+    source = doc["thread_id"]
+    doc = {k: v for k, v in doc.items() if k != "_id"} | {"thread_id": target}
+    key = {f: doc.get(f) for f in _KEY_FIELDS[collection]}
     if collection == CHECKPOINTS:
-        doc[COPIED_FROM] = doc["thread_id"]
-    doc["thread_id"] = target
+        # A tombstone belongs to the source's maintenance, and the copy is the target's
+        # activity now: ``created_at`` is the server's time of the copy.
+        own = (maintenance.DOOMED, maintenance.DOOMED_AT, "created_at")
+        copied = {k: v for k, v in doc.items() if k not in own} | {COPIED_FROM: source}
+        return UpdateOne(key, checkpoint_update(copied), upsert=True)
     if collection == BLOBS:
         doc["join"] = blob_join(*key_of(doc, BLOB_KEY))
     elif collection == WRITES:
         doc["join"] = write_join(*key_of(doc))
-    return ReplaceOne({f: doc.get(f) for f in _KEY_FIELDS[collection]}, doc, upsert=True)
+    return ReplaceOne(key, doc, upsert=True)
