@@ -23,6 +23,7 @@ and wire.
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -195,6 +196,7 @@ class SaverModel(RuleBasedStateMachine):
         self.last_put: tuple[Any, ...] | None = None
         self.last_writes: tuple[Any, ...] | None = None
         self.fault: Fault | None = None
+        self.sending = threading.RLock()
         self.runs: list[str] = []
         self.copies = 0
         self.turns = 0
@@ -211,7 +213,12 @@ class SaverModel(RuleBasedStateMachine):
 
     def send(self, method: str, args: tuple[Any, ...]) -> Any:
         """``method(*args)`` on the saver (cut once if a fault is armed, then sent again
-        as after a lost reply), then on the reference."""
+        as after a lost reply), then on the reference. One call at a time: LangGraph writes
+        from several worker threads, and a fault must cut only the call it was armed for."""
+        with self.sending:
+            return self._send(method, args)
+
+    def _send(self, method: str, args: tuple[Any, ...]) -> Any:
         fault, self.fault = self.fault, None
         if fault is not None:
             faults = CutFaults(self.saver.collections)
