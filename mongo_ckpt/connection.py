@@ -14,6 +14,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
 
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
@@ -147,6 +148,23 @@ def adopt_client(owner: Any, client: Any) -> None:
         adopt(client)
     if _is_mongomock(client):
         patch_mongomock_bulk()
+
+
+def shared_client(
+    cls: type, what: str, owner: Any, expected: type[Any], kind: str, kwargs: dict[str, Any]
+) -> tuple[Any, str]:
+    """``(client, db_name)`` of ``owner`` (a ``kind`` of type ``expected``) for ``cls`` (a
+    ``what``) to be built on, with ``owner``'s ``EncryptedSerializer`` as the default
+    ``serde`` in ``kwargs``; a ``TypeError`` for an owner of the other mode."""
+    if not isinstance(owner, expected):
+        raise TypeError(
+            f"{cls.__name__}.from_{kind} expects {expected.__name__}, got "
+            f"{type(owner).__name__}: pair the sync {what} with the sync {kind} and the "
+            f"async {what} with the async {kind}"
+        )
+    if isinstance(owner.serde, EncryptedSerializer):
+        kwargs.setdefault("serde", owner.serde)
+    return owner.client, owner.db.name
 
 
 def _is_mongomock(client: Any) -> bool:

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.base import (
     BaseStore,
     IndexConfig,
@@ -21,7 +20,14 @@ from typing_extensions import Self
 
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, CollectionT, Owned, adopt_client
+from mongo_ckpt.connection import (
+    DEFAULT_DB_NAME,
+    ClientT,
+    CollectionT,
+    Owned,
+    adopt_client,
+    shared_client,
+)
 from mongo_ckpt.layout import check_names
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.namespaces import check_namespace_shape
@@ -181,15 +187,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         When the saver's serde is an ``EncryptedSerializer`` the store uses it too, so its
         values are encrypted with the same key (``serde=None`` keeps them plain BSON).
         """
-        if not isinstance(saver, cls._saver_type):
-            raise TypeError(
-                f"{cls.__name__}.from_saver expects {cls._saver_type.__name__}, got "
-                f"{type(saver).__name__}: pair the sync store with the sync saver and "
-                "the async store with the async saver"
-            )
-        if isinstance(saver.serde, EncryptedSerializer):
-            kwargs.setdefault("serde", saver.serde)
-        return cls(saver.client, saver.db.name, **kwargs)
+        return cls(*shared_client(cls, "store", saver, cls._saver_type, "saver", kwargs), **kwargs)
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 

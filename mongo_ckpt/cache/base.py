@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace, ValueT
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from typing_extensions import Self
 
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.cache import documents
 from mongo_ckpt.cache.operations import CACHE, CacheOperations, ServerClock
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, Owned, adopt_client
+from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, Owned, adopt_client, shared_client
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.base import MongoStoreBase
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
@@ -111,15 +110,7 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
         kind: str,
         kwargs: dict[str, Any],
     ) -> Self:
-        if not isinstance(owner, expected):
-            raise TypeError(
-                f"{cls.__name__}.from_{kind} expects {expected.__name__}, got "
-                f"{type(owner).__name__}: pair the sync cache with the sync {kind} and "
-                f"the async cache with the async {kind}"
-            )
-        if isinstance(owner.serde, EncryptedSerializer):
-            kwargs.setdefault("serde", owner.serde)
-        return cls(owner.client, owner.db.name, **kwargs)
+        return cls(*shared_client(cls, "cache", owner, expected, kind, kwargs), **kwargs)
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
