@@ -236,17 +236,25 @@ class CheckpointOperations:
         yield from self.backfill_join_keys()
 
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
+        """The checkpoint with its values and pending writes: one aggregation
+        (``reading.tuple_pipeline``), and a ``find`` only for values the join did not
+        bring whole (stored without a ``join`` key, or deleted meanwhile)."""
         query = checkpoint_query(*thread_key(config))
+        pipeline = tuple_pipeline(query, self.layout.by_logical())
         attempts = 0
         while True:
-            docs = yield from aggregate(CHECKPOINTS, tuple_pipeline(query, self.layout.writes))
-            if not docs:
+            docs = yield from aggregate(CHECKPOINTS, pipeline)
+            doc, value_docs, write_docs = split_joined(docs)
+            if doc is None:
                 return None
-            doc, write_docs = split_joined(docs)
-            blobs = blobs_query([doc])
-            blob_docs = (yield from find(BLOBS, blobs)) if blobs else []
+            loaded = Loaded(self.serde, value_docs, write_docs)
+            unjoined = needed_values([doc]) - loaded.blobs.keys()
+            if unjoined:
+                more = yield from find(BLOBS, blob_keys_query(unjoined))
+                if more:
+                    loaded = Loaded(self.serde, [*value_docs, *more], write_docs)
             try:
-                return self._noted(Loaded(self.serde, blob_docs, write_docs), doc)
+                return self._noted(loaded, doc)
             except MissingValueError:
                 attempts += 1
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):

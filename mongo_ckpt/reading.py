@@ -17,7 +17,15 @@ from mongo_ckpt.identifiers import (
     coerce_id,
     thread_key,
 )
-from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, JOIN_SEP, NOT_PENDING, WRITE_KEY
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINT_KEY,
+    JOIN_SEP,
+    NOT_PENDING,
+    WRITE_KEY,
+    WRITES,
+)
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 
@@ -40,38 +48,102 @@ def checkpoint_query(
     return {**query, **NOT_PENDING}
 
 
-def tuple_pipeline(query: Mapping[str, Any], writes_collection: str) -> list[dict[str, Any]]:
-    """The checkpoint matching ``query`` (newest first) joined with its pending writes.
+def tuple_pipeline(
+    query: Mapping[str, Any], collections: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The checkpoint matching ``query`` (newest first), the value parts it names (list-delta
+    bases included) and its pending writes, in one aggregation on ``checkpoints``.
 
-    One output document per write (the checkpoint fields repeated) so no result
-    document approaches the 16 MiB limit. Writes are looked up by their ``join``
-    key (thread, namespace and checkpoint id), so copied threads sharing checkpoint
-    ids never bring each other's writes along.
+    Output: ``{"checkpoint": doc}`` once, then one ``{"value": part}`` or ``{"write": part}``
+    document per part found (and an empty document for a branch that found none), so no
+    result document holds more than one part: a value of many MiB stays under the 16 MiB
+    limit, and the checkpoint fields are not repeated. The copies made by ``_row`` each
+    do one lookup (the others look up ``""``, which no join key is; a missing or empty
+    ``localField`` would match every document without a ``join``).
+
+    Values and writes are looked up by their ``join`` keys (``layout.blob_join``,
+    ``layout.write_join``), which encode thread, namespace and checkpoint id or channel
+    and version; ``split_joined`` checks those fields again. Only localField/foreignField
+    joins and operators every backend implements are used.
     """
-    join = ["$thread_id", JOIN_SEP, "$checkpoint_ns", JOIN_SEP, "$checkpoint_id"]
+    names = {"$ifNull": ["$values", []]}
+    prefix = ["$thread_id", JOIN_SEP, "$checkpoint_ns", JOIN_SEP, "$$v.channel", JOIN_SEP]
+    values = {"$cond": [{"$gt": [{"$size": names}, 0]}, blob_join_keys(names, prefix), ""]}
+    writes = {"$concat": ["$thread_id", JOIN_SEP, "$checkpoint_ns", JOIN_SEP, "$checkpoint_id"]}
+
+    def row(n: int, then: Any, other: Any = "") -> dict[str, Any]:
+        return {"$cond": [{"$eq": ["$_row", n]}, then, other]}
+
     return [
         {"$match": query},
         {"$sort": {"checkpoint_id": -1}},
         {"$limit": 1},
-        {"$addFields": {"_join": {"$concat": join}}},
+        {"$addFields": {"_row": [0, 1, 2]}},
+        {"$unwind": "$_row"},
         {
-            "$lookup": {
-                "from": writes_collection,
-                "localField": "_join",
-                "foreignField": "join",
-                "as": "write",
+            "$project": {
+                "_id": 0,
+                "checkpoint": row(0, "$$ROOT", "$$REMOVE"),
+                "vj": row(1, values),
+                "wj": row(2, writes),
             }
         },
-        {"$unwind": {"path": "$write", "preserveNullAndEmptyArrays": True}},
+        *_lookup_one(collections[BLOBS], "vj", "value"),
+        *_lookup_one(collections[WRITES], "wj", "write"),
+        {"$project": {"vj": 0, "wj": 0}},
     ]
 
 
-def split_joined(docs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-    """Split ``tuple_pipeline`` output into the checkpoint document and its writes."""
-    head = {k: v for k, v in docs[0].items() if k not in ("write", "_join")}
-    key = key_of(head)[:2]
-    writes = [d["write"] for d in docs if "write" in d and key_of(d["write"])[:2] == key]
-    return head, writes
+def _lookup_one(collection: str, local: str, into: str) -> list[dict[str, Any]]:
+    """Join ``collection`` on ``join``, one output document per match; the ``$unwind``
+    right after the ``$lookup`` is merged into it, so no array of matches is built."""
+    spec = {"from": collection, "localField": local, "foreignField": "join", "as": into}
+    return [
+        {"$lookup": spec},
+        {"$unwind": {"path": f"${into}", "preserveNullAndEmptyArrays": True}},
+    ]
+
+
+def blob_join_keys(entries: Any, prefix: Sequence[Any]) -> dict[str, Any]:
+    """The ``layout.blob_join`` keys of the value ``entries`` (``$$v``: ``{"channel",
+    "version"}``), each ``prefix`` (thread, namespace, channel, separators) + version.
+
+    A version is a string, an int or a float; the key spells it as Python's ``str``.
+    ``$toString`` returns a string as it is and spells ints the same, but a whole double
+    without its ``.0`` on MongoDB (``1.0`` -> ``"1"``, where mongomock says ``"1.0"``), so
+    a number also gets the key with ``.0`` appended: whichever is stored is found.
+    """
+    spelled = {"$toString": "$$v.version"}
+    numbers = {"$filter": {"input": entries, "as": "v", "cond": {"$isNumber": "$$v.version"}}}
+    return {
+        "$concatArrays": [
+            {"$map": {"input": entries, "as": "v", "in": {"$concat": [*prefix, spelled]}}},
+            {
+                "$map": {
+                    "input": numbers,
+                    "as": "v",
+                    "in": {"$concat": [*prefix, spelled, {"$literal": ".0"}]},
+                }
+            },
+        ]
+    }
+
+
+def split_joined(
+    docs: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Any] | None, list[Any], list[Any]]:
+    """Split ``tuple_pipeline`` output into the checkpoint document (``None`` if none
+    matched), the parts of the values it names and of its writes; parts of another
+    thread, namespace, checkpoint or version (a join key collision) are dropped."""
+    head = next((dict(d["checkpoint"]) for d in docs if "checkpoint" in d), None)
+    if head is None:
+        return None, [], []
+    head.pop("_row", None)
+    needed = needed_values([head])
+    values = [d["value"] for d in docs if "value" in d and key_of(d["value"], BLOB_KEY) in needed]
+    key = key_of(head)
+    writes = [d["write"] for d in docs if "write" in d and key_of(d["write"]) == key]
+    return head, values, writes
 
 
 def list_query(

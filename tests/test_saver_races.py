@@ -249,6 +249,9 @@ def _put(saver: MongoDBSaver, thread_id: str, value: str, parent: dict | None = 
 def test_checkpoint_deleted_during_get_tuple_reads_as_absent(saver: MongoDBSaver) -> None:
     stored = _put(saver, "t", "1")
     other = MongoDBSaver(saver.client, saver.db.name)
+    # get_tuple is one aggregation: what it can see of a deletion is the checkpoint matched
+    # but its values gone by the time its lookups ran, the checkpoint gone right after.
+    other.collections[BLOBS].delete_many({"thread_id": "t"})
     hook = Interleave(saver.collections, lambda: other.delete_thread("t"))
     try:
         assert saver.get_tuple(stored) is None
@@ -262,12 +265,15 @@ def test_latest_deleted_during_get_tuple_reads_the_next_latest(saver: MongoDBSav
     other = MongoDBSaver(saver.client, saver.db.name)
     deleted: list[bool] = []
 
+    # The latest's values deleted before the aggregation's lookups ran, the checkpoint
+    # right after it (``test_checkpoint_deleted_during_get_tuple_reads_as_absent``).
+    other.collections[BLOBS].delete_many({"version": "2"})
+
     def prune_latest() -> None:
-        if not deleted:  # once, before the values of the latest are read
+        if not deleted:  # once, after the first read
             deleted.append(True)
             key = {"checkpoint_id": latest["configurable"]["checkpoint_id"]}
             other.collections[CHECKPOINTS].delete_one(key)
-            other.collections[BLOBS].delete_many({"version": "2"})
 
     hook = Interleave(saver.collections, prune_latest)
     try:
