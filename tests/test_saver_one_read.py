@@ -162,3 +162,20 @@ async def test_values_without_join_keys_still_read(api: Api) -> None:
     again = await api.get_tuple(config("t"))
     assert dict(counter) == ONE_AGGREGATE, counter
     assert again.checkpoint == got.checkpoint
+
+
+async def test_numeric_versions_are_joined(api: Api) -> None:
+    """A version's join key is Python's ``str`` of it: ints and whole floats (which
+    ``$toString`` spells without ``.0`` on a server) are found by the lookup too."""
+    for thread_id, version in (("ints", 3), ("floats", 2.0), ("fractions", 2.5)):
+        checkpoint = {
+            **empty_checkpoint(),
+            "channel_values": {"v": thread_id, "w": [thread_id]},
+            "channel_versions": {"v": version, "w": version},
+        }
+        new = {"v": version, "w": version}
+        await api.put(config(thread_id), checkpoint, generate_metadata(), new)
+        counter = count_calls(api.saver.collections)
+        got = await api.get_tuple(config(thread_id))
+        assert dict(counter) == ONE_AGGREGATE, (thread_id, counter)
+        assert got.checkpoint["channel_values"] == {"v": thread_id, "w": [thread_id]}
