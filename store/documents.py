@@ -116,6 +116,11 @@ def selector(namespace: Sequence[str], key: str) -> dict[str, str]:
     return {"ns": joined(namespace), "key": key}
 
 
+# The fields an item may or may not have, by its form: a put unsets those its own form
+# lacks, so nothing of an earlier form (a serde's, an old TTL, old vectors) is left.
+OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
+
+
 def put_request(
     namespace: tuple[str, ...],
     key: str,
@@ -126,8 +131,9 @@ def put_request(
     serde: SerializerProtocol | None,
     now: datetime,
 ) -> UpdateOne:
-    """Upsert an item: ``created_at`` survives an overwrite of a live item, ``updated_at``
-    moves."""
+    """Upsert an item with a plain update (``$set`` the fields of its form, ``$unset``
+    the others): ``created_at`` is written on insert only, so it survives an overwrite;
+    ``revive_request``, earlier in the same command, renews it over an expired copy."""
     fields: dict[str, Any] = {
         "namespace": list(namespace),
         "prefixes": prefixes(namespace),
@@ -145,22 +151,24 @@ def put_request(
         fields["embeddings"] = [{"path": label, "vector": packed(v)} for label, v in vectors]
         if with_mean:
             fields["embedding"] = mean([v for _, v in vectors])
-    # One update pipeline, so a put is one command: an expired copy the TTL monitor has
-    # not deleted yet counts as absent, and the item gets a fresh ``created_at``. The item
-    # is replaced whole, in one stage: no field of an earlier form (a serde's, an old TTL)
-    # is left, with no ``$project`` to run after a ``$set``.
-    item = {
-        "_id": "$_id",
-        **{name: {"$literal": v} for name, v in {**selector(namespace, key), **fields}.items()},
-        "created_at": kept_created_at(now),
-    }
-    return UpdateOne(selector(namespace, key), [{"$replaceRoot": {"newRoot": item}}], upsert=True)
+    update: dict[str, Any] = {"$set": fields, "$setOnInsert": {"created_at": now}}
+    unset = {name: "" for name in OPTIONAL_FIELDS if name not in fields}
+    if unset:
+        update["$unset"] = unset
+    return UpdateOne(selector(namespace, key), update, upsert=True)
 
 
-def kept_created_at(now: datetime) -> dict[str, Any]:
-    """``created_at`` of the stored copy if it is live, else ``now`` (new or expired)."""
-    still_live = {"$gt": [{"$ifNull": ["$expires_at", FOREVER]}, now]}
-    return {"$cond": [still_live, {"$ifNull": ["$created_at", now]}, now]}
+def revive_request(items: Iterable[tuple[tuple[str, ...], str]], now: datetime) -> UpdateMany:
+    """Before a batch's puts (``(namespace, key)`` each), in the same command: the expired
+    copies among them, which the TTL monitor has not deleted yet, get ``created_at`` =
+    ``now``, so that the put over one is a new item (its upsert keeps ``created_at``).
+    One statement per batch, an ``(ns, key)`` clause per namespace."""
+    keys: dict[str, list[str]] = {}
+    for namespace, key in items:
+        keys.setdefault(joined(namespace), []).append(key)
+    clauses = [{"ns": ns, "key": {"$in": names}} for ns, names in keys.items()]
+    where = clauses[0] if len(clauses) == 1 else {"$or": clauses}
+    return UpdateMany({**where, **expired(now)}, {"$set": {"created_at": now}})
 
 
 def delete_request(namespace: tuple[str, ...], key: str) -> DeleteOne:

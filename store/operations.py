@@ -398,8 +398,10 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put). Each
-        registry entry is written after its items (see ``registry``)."""
+        as one command, so this is at most two commands (one for a single put). The puts
+        are plain upserts after one statement renewing ``created_at`` of the expired
+        copies they overwrite; each registry entry is written after its items (see
+        ``registry``)."""
         deleted: dict[str, None] = {}
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         deletes: list[WriteRequest] = []
@@ -429,11 +431,13 @@ class StoreOperations:
                 namespace = tuple(doc["namespace"])
                 until = documents.expiry(now, doc["ttl_minutes"])
                 refreshed[namespace] = max(until, refreshed.get(namespace, until))
+        put_items = [(op.namespace, op.key) for op in plan.puts.values() if op.value is not None]
         return [
             *deletes,
             *(registry.delete_request(ns) for ns in deleted),
             *documents.refresh_requests(read, now),
             *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
+            *([documents.revive_request(put_items, now)] if put_items else []),
             *updates,
             *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]
