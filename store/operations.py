@@ -399,9 +399,9 @@ class StoreOperations:
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
         as one command, so this is at most two commands (one for a single put). The puts
-        are plain upserts after one statement renewing ``created_at`` of the expired
-        copies they overwrite; each registry entry is written after its items (see
-        ``registry``)."""
+        are plain upserts after the statements renewing ``created_at`` of the expired
+        copies they overwrite (one per distinct set of keys); each registry entry is
+        written after its items (see ``registry``)."""
         deleted: dict[str, None] = {}
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         deletes: list[WriteRequest] = []
@@ -437,7 +437,7 @@ class StoreOperations:
             *(registry.delete_request(ns) for ns in deleted),
             *documents.refresh_requests(read, now),
             *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
-            *([documents.revive_request(put_items, now)] if put_items else []),
+            *documents.revive_requests(put_items, now),
             *updates,
             *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]

@@ -10,7 +10,7 @@ import pytest
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from mongo_ckpt.store import registry
-from mongo_ckpt.store.documents import FOREVER, index_models
+from mongo_ckpt.store.documents import FOREVER, index_models, revive_requests
 from tests.backends import maybe_await
 from tests.store_support import DIMS, FakeEmbeddings
 
@@ -143,6 +143,19 @@ async def test_a_batch_renews_created_at_over_its_expired_copies_only(make_astor
     untouched = await maybe_await(collection.find_one({"ns": "b", "key": "x"}))
     assert untouched["created_at"].replace(tzinfo=timezone.utc) == LONG_AGO
     assert await store.aget(("b",), "x") is None
+
+
+def test_revive_requests_share_one_statement_per_set_of_keys() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    items = [(("a",), "x"), (("b",), "x"), (("a",), "y"), (("b",), "y"), (("c",), "x")]
+    requests = revive_requests([*items, (("a",), "x")], now)
+    filters = sorted((r._filter for r in requests), key=repr)
+    assert filters == [
+        {"expires_at": {"$lte": now}, "ns": "c", "key": "x"},
+        {"expires_at": {"$lte": now}, "ns": {"$in": ["a", "b"]}, "key": {"$in": ["x", "y"]}},
+    ]
+    assert all(list(f)[0] == "expires_at" for f in filters)  # the clause SecantusDB serves
+    assert {repr(r._doc) for r in requests} == {repr({"$set": {"created_at": now}})}
 
 
 async def test_a_put_leaves_no_field_of_an_earlier_form(make_astore: Any) -> None:
