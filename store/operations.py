@@ -398,14 +398,17 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put). The puts
-        are plain upserts after the statements renewing ``created_at`` of the expired
-        copies they overwrite (one per distinct set of keys); each registry entry is
-        written after its items (see ``registry``)."""
+        as one command, so this is at most two commands (one for a single put). A batch of
+        many puts writes plain upserts after the statements renewing ``created_at`` of the
+        expired copies they overwrite, a small one an update pipeline each (see
+        ``documents.revived_puts``); each registry entry is written after its items (see
+        ``registry``)."""
         deleted: dict[str, None] = {}
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         deletes: list[WriteRequest] = []
-        updates: list[WriteRequest] = []
+        put_items = [(op.namespace, op.key) for op in plan.puts.values() if op.value is not None]
+        revives = documents.revived_puts(put_items, now)
+        updates: list[WriteRequest] = [*revives]
         for op in plan.puts.values():
             if op.value is None:
                 deletes.append(documents.delete_request(op.namespace, op.key))
@@ -423,6 +426,7 @@ class StoreOperations:
                     bool(self.vector_search),
                     self.serde,
                     now,
+                    revived=bool(revives),
                 )
             )
         refreshed: dict[tuple[str, ...], datetime] = {}
@@ -431,13 +435,11 @@ class StoreOperations:
                 namespace = tuple(doc["namespace"])
                 until = documents.expiry(now, doc["ttl_minutes"])
                 refreshed[namespace] = max(until, refreshed.get(namespace, until))
-        put_items = [(op.namespace, op.key) for op in plan.puts.values() if op.value is not None]
         return [
             *deletes,
             *(registry.delete_request(ns) for ns in deleted),
             *documents.refresh_requests(read, now),
             *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
-            *documents.revive_requests(put_items, now),
             *updates,
             *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]

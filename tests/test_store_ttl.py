@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from langgraph.store.base import GetOp, PutOp, SearchOp
 
-from mongo_ckpt.store import registry
-from mongo_ckpt.store.documents import FOREVER, index_models, revive_requests
+from mongo_ckpt.store import documents, registry
+from mongo_ckpt.store.documents import EPOCH, FOREVER, index_models, revive_requests
 from tests.backends import maybe_await
 from tests.store_support import DIMS, FakeEmbeddings
 
@@ -116,10 +116,19 @@ async def test_reput_of_an_expired_item_is_a_new_item(make_astore: Any) -> None:
     assert second.created_at == second.updated_at
 
 
-async def test_a_batch_renews_created_at_over_its_expired_copies_only(make_astore: Any) -> None:
+# Puts per revive statement from which a batch writes plain updates: 1, every batch does
+# (after its revive statements); a million, none does (update pipelines).
+PUT_SHAPES = pytest.mark.parametrize("puts_per_revive", [1, 10**6], ids=["plain", "pipeline"])
+
+
+@PUT_SHAPES
+async def test_a_batch_renews_created_at_over_its_expired_copies_only(
+    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
+) -> None:
     """One batch over several namespaces: the expired copies it puts are new items, its
     live copies keep ``created_at``, and an expired item it does not put is untouched
     (even one whose key the batch puts in another namespace)."""
+    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
     store = await _no_ttl_monitor(make_astore())
     await store.abatch(
         [PutOp(("a",), "x", {"v": 1}, ttl=60), PutOp(("a",), "y", {"v": 1}, ttl=60)]
@@ -150,15 +159,33 @@ def test_revive_requests_share_one_statement_per_set_of_keys() -> None:
     items = [(("a",), "x"), (("b",), "x"), (("a",), "y"), (("b",), "y"), (("c",), "x")]
     requests = revive_requests([*items, (("a",), "x")], now)
     filters = sorted((r._filter for r in requests), key=repr)
+    expired = {"$gte": EPOCH, "$lte": now}  # bounded below: no item without an expiry
     assert filters == [
-        {"expires_at": {"$lte": now}, "ns": "c", "key": "x"},
-        {"expires_at": {"$lte": now}, "ns": {"$in": ["a", "b"]}, "key": {"$in": ["x", "y"]}},
+        {"expires_at": expired, "ns": "c", "key": "x"},
+        {"expires_at": expired, "ns": {"$in": ["a", "b"]}, "key": {"$in": ["x", "y"]}},
     ]
     assert all(list(f)[0] == "expires_at" for f in filters)  # the clause SecantusDB serves
     assert {repr(r._doc) for r in requests} == {repr({"$set": {"created_at": now}})}
 
 
-async def test_a_put_leaves_no_field_of_an_earlier_form(make_astore: Any) -> None:
+def test_only_batches_of_enough_puts_per_revive_statement_write_plain_updates() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    one_namespace = [(("a",), f"k{i}") for i in range(documents.PUTS_PER_REVIVE)]
+    assert len(documents.revived_puts(one_namespace, now)) == 1
+    assert documents.revived_puts(one_namespace[1:], now) == []
+    # Each namespace its own keys: a statement each, too many for what it saves.
+    scattered = [((f"n{i}",), f"k{i}") for i in range(100)]
+    assert documents.revived_puts(scattered, now) == []
+    plain = documents.put_request(("a",), "k", {}, None, [], False, None, now, revived=True)
+    assert set(plain._doc) == {"$set", "$setOnInsert", "$unset"}
+    assert isinstance(documents.put_request(("a",), "k", {}, None, [], False, None, now)._doc, list)
+
+
+@PUT_SHAPES
+async def test_a_put_leaves_no_field_of_an_earlier_form(
+    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
+) -> None:
+    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
     index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
     store = make_astore(index=index, exact_search=True)
     await store.aput(("t",), "k", {"text": "first", "old": 1}, ttl=5)

@@ -276,9 +276,9 @@ def test_atlas_puts_store_the_mean_vector() -> None:
     embedded = Embedded(items={("a", "k"): [("a", [1.0, 0.0]), ("b", [0.0, 1.0])]})
     [call], _ = _drive(ops.run_plan(plan, embedded), [None])
     upsert = next(r for r in call.args[0] if isinstance(r, UpdateOne))
-    fields = upsert._doc["$set"]  # a plain update
-    assert fields["embedding"] == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
-    assert [e["path"] for e in fields["embeddings"]] == ["a", "b"]
+    fields = upsert._doc[0]["$replaceRoot"]["newRoot"]  # an update pipeline of literals
+    assert fields["embedding"]["$literal"] == pytest.approx([math.sqrt(0.5), math.sqrt(0.5)])
+    assert [e["path"] for e in fields["embeddings"]["$literal"]] == ["a", "b"]
 
 
 def _doc(key: str, vector: list[float]) -> dict[str, Any]:
