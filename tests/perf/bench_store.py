@@ -258,6 +258,7 @@ class ScaleRow:
     calls: float
     commands: float | None
     ms: float
+    cpu_ms: float
 
 
 def peak_kib(action: Callable[[], Any]) -> float:
@@ -331,17 +332,26 @@ def vector_memory(sizes: list[int], limits: list[int]) -> str:
 
 def measure(
     backend: Backend, calls: Counter, action: Callable[[int], Any], repeat: int
-) -> tuple[float, float | None, float]:
-    """Median ms, and collection calls and wire commands per run (mean over the runs)."""
+) -> tuple[float, float | None, float, float]:
+    """Collection calls and wire commands per run (mean over the runs), median ms and
+    median process CPU ms (the client and, on wire, the in-process server: steadier than
+    wall time on a shared machine)."""
     samples: list[float] = []
+    cpu: list[float] = []
     calls.clear()
     before = backend.commands.count if backend.commands else 0
     for i in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         action(i)
         samples.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
     commands = (backend.commands.count - before) / repeat if backend.commands else None
-    return sum(calls.values()) / repeat, commands, statistics.median(samples)
+    return (
+        sum(calls.values()) / repeat,
+        commands,
+        statistics.median(samples),
+        statistics.median(cpu),
+    )
 
 
 def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> list[ScaleRow]:
@@ -417,14 +427,15 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
 
 def scale_table(rows: list[ScaleRow]) -> str:
     lines = [
-        "| backend | items | operation | store | calls/op | wire commands/op | median ms |",
-        "|---|---:|---|---|---:|---:|---:|",
+        "| backend | items | operation | store | calls/op | wire commands/op | median ms "
+        "| median CPU ms |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         commands = "—" if r.commands is None else f"{r.commands:g}"
         lines.append(
             f"| {r.backend} | {r.items:,} | {r.operation} | {r.store} | {r.calls:g} "
-            f"| {commands} | {r.ms:.2f} |"
+            f"| {commands} | {r.ms:.2f} | {r.cpu_ms:.2f} |"
         )
     return "\n".join(lines)
 
