@@ -35,7 +35,6 @@ from mongo_ckpt.store.vectors import mean, packed
 NO_VECTORS = {"embeddings": 0, "embedding": 0}
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)  # the expiry of items without one
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # before every expiry (now + a TTL)
-EXPIRES = "expires_at"
 RECENT_FIRST = [("updated_at", DESCENDING), ("ns", ASCENDING), ("key", ASCENDING)]
 
 
@@ -111,7 +110,9 @@ def live(now: datetime | None) -> dict[str, Any]:
 
 
 def expired(now: datetime) -> dict[str, Any]:
-    return {"expires_at": {"$lte": now}}
+    """Items expired at ``now``. Bounded below: a server that walks the index from its
+    start (SecantusDB) would otherwise read every item without an expiry (null there)."""
+    return {"expires_at": {"$gte": EPOCH, "$lte": now}}
 
 
 def selector(namespace: Sequence[str], key: str) -> dict[str, str]:
@@ -203,8 +204,7 @@ def revive_requests(
     One statement per distinct set of keys (namespaces putting the same keys share one,
     so no pair the batch does not put matches), without ``$or`` (which SecantusDB runs as
     a collection scan). ``expires_at`` comes first: a server that serves a filter by its
-    first indexable clause (SecantusDB) reads the expired items only, usually none; its
-    lower bound keeps the items without one (null in the index) out of that range."""
+    first indexable clause (SecantusDB) reads the expired items only, usually none."""
     keys: dict[str, set[str]] = {}
     for namespace, key in items:
         keys.setdefault(joined(namespace), set()).add(key)
@@ -213,11 +213,7 @@ def revive_requests(
         by_keys.setdefault(frozenset(names), []).append(ns)
     return [
         UpdateMany(
-            {
-                EXPIRES: {"$gte": EPOCH, "$lte": now},
-                "ns": _one_of(namespaces),
-                "key": _one_of(sorted(names)),
-            },
+            {**expired(now), "ns": _one_of(namespaces), "key": _one_of(sorted(names))},
             {"$set": {"created_at": now}},
         )
         for names, namespaces in by_keys.items()
