@@ -168,22 +168,11 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         (``with`` / ``async with``, as the savers' ``from_conn_string``); the arguments are
         the constructor's, in langgraph-store-mongodb's order."""
         return Owned(
-            cls,
-            conn_string,
-            client_kwargs,
-            timeoutMS,
+            cls, conn_string, client_kwargs, timeoutMS,
             lambda client: cls(
-                client,
-                db_name,
-                collection_name,
-                ttl_config,
-                index_config,
-                index=index,
-                ttl=ttl,
-                exact_search=exact_search,
-                serde=serde,
-                auto_index_timeout=auto_index_timeout,
-                tracing=tracing,
+                client, db_name, collection_name, ttl_config, index_config, index=index,
+                ttl=ttl, exact_search=exact_search, serde=serde,
+                auto_index_timeout=auto_index_timeout, tracing=tracing,
             ),
         )
 
