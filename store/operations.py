@@ -398,12 +398,17 @@ class StoreOperations:
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> list[WriteRequest]:
         """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put). Each
-        registry entry is written after its items (see ``registry``)."""
+        as one command, so this is at most two commands (one for a single put). A batch of
+        many puts writes plain upserts after the statements renewing ``created_at`` of the
+        expired copies they overwrite, a small one an update pipeline each (see
+        ``documents.revived_puts``); each registry entry is written after its items (see
+        ``registry``)."""
         deleted: dict[str, None] = {}
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         deletes: list[WriteRequest] = []
-        updates: list[WriteRequest] = []
+        put_items = [(op.namespace, op.key) for op in plan.puts.values() if op.value is not None]
+        revives = documents.revived_puts(put_items, now)
+        updates: list[WriteRequest] = [*revives]
         for op in plan.puts.values():
             if op.value is None:
                 deletes.append(documents.delete_request(op.namespace, op.key))
@@ -421,6 +426,7 @@ class StoreOperations:
                     bool(self.vector_search),
                     self.serde,
                     now,
+                    revived=bool(revives),
                 )
             )
         refreshed: dict[tuple[str, ...], datetime] = {}

@@ -64,6 +64,25 @@ async def test_pages_skip_emptied_namespaces(store_api: Any) -> None:
     assert await store_api.list_namespaces(max_depth=1) == [("n",)]
 
 
+async def test_one_batch_of_many_items_duplicates_and_deletes_lists_what_is_stored(
+    store_api: Any,
+) -> None:
+    """Several items of one namespace, one item put twice, one put then deleted and one
+    namespace whose only item is put then deleted, all in one batch: one registry write
+    per namespace, and the listing is the items."""
+    gone = ("users", "u2", "memories")
+    ops: list[Op] = [PutOp(NS, f"k{i}", {"v": i}) for i in range(5)]
+    ops += [PutOp(NS, "k0", {"v": "again"}), PutOp(NS, "k4", None)]
+    ops += [PutOp(gone, "only", {"v": 1}), PutOp(gone, "only", None)]
+    await store_api.batch(ops)
+    assert await store_api.list_namespaces() == [NS]
+    assert (await store_api.get(NS, "k0")).value == {"v": "again"}
+    assert await store_api.get(NS, "k4") is None
+    assert len(await store_api.search(NS, limit=10)) == 4
+    await store_api.batch([PutOp(NS, f"k{i}", None) for i in range(4)] + [PutOp(gone, "a", {})])
+    assert await store_api.list_namespaces() == [gone]
+
+
 def _expire_now(store: Any, key: str) -> None:
     """Move an item's expiry into the past as the clock would (its entry is left alone:
     the overwrite with a shorter TTL flagged it)."""

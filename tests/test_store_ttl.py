@@ -7,11 +7,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from langgraph.store.base import GetOp, SearchOp
+from langgraph.store.base import GetOp, PutOp, SearchOp
 
-from mongo_ckpt.store import registry
-from mongo_ckpt.store.documents import FOREVER, index_models
+from mongo_ckpt.store import documents, registry
+from mongo_ckpt.store.documents import EPOCH, FOREVER, index_models, revive_requests
 from tests.backends import maybe_await
+from tests.store_support import DIMS, FakeEmbeddings
+
+LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
 
 async def _doc(store: Any, key: str) -> dict[str, Any] | None:
@@ -111,6 +114,90 @@ async def test_reput_of_an_expired_item_is_a_new_item(make_astore: Any) -> None:
     assert second.value == {"v": 2}
     assert second.created_at >= first.created_at
     assert second.created_at == second.updated_at
+
+
+# Puts per revive statement from which a batch writes plain updates: 1, every batch does
+# (after its revive statements); a million, none does (update pipelines).
+PUT_SHAPES = pytest.mark.parametrize("puts_per_revive", [1, 10**6], ids=["plain", "pipeline"])
+
+
+@PUT_SHAPES
+async def test_a_batch_renews_created_at_over_its_expired_copies_only(
+    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
+) -> None:
+    """One batch over several namespaces: the expired copies it puts are new items, its
+    live copies keep ``created_at``, and an expired item it does not put is untouched
+    (even one whose key the batch puts in another namespace)."""
+    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
+    store = await _no_ttl_monitor(make_astore())
+    await store.abatch(
+        [PutOp(("a",), "x", {"v": 1}, ttl=60), PutOp(("a",), "y", {"v": 1}, ttl=60)]
+        + [PutOp(("b",), "x", {"v": 1}, ttl=60)]
+    )
+    live_before = await store.aget(("a",), "y")
+    collection = store.collections["store"]
+    past = datetime.now(timezone.utc) - timedelta(minutes=1)
+    expired = {"$set": {"expires_at": past, "created_at": LONG_AGO}}
+    await maybe_await(collection.update_many({"key": "x"}, expired))  # both copies of "x"
+    await store.abatch(
+        [PutOp(("a",), "x", {"v": 2}), PutOp(("a",), "y", {"v": 2}, ttl=60)]
+        + [PutOp(("b",), "z", {"v": 2}), PutOp(("a",), "y", {"v": 3}, ttl=60)]
+    )
+    renewed, kept, new = [
+        await store.aget(*item) for item in [(("a",), "x"), (("a",), "y"), (("b",), "z")]
+    ]
+    assert renewed.value == {"v": 2} and renewed.created_at == renewed.updated_at
+    assert kept.value == {"v": 3} and kept.created_at == live_before.created_at
+    assert new.created_at == new.updated_at == renewed.updated_at
+    untouched = await maybe_await(collection.find_one({"ns": "b", "key": "x"}))
+    assert untouched["created_at"].replace(tzinfo=timezone.utc) == LONG_AGO
+    assert await store.aget(("b",), "x") is None
+
+
+def test_revive_requests_share_one_statement_per_set_of_keys() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    items = [(("a",), "x"), (("b",), "x"), (("a",), "y"), (("b",), "y"), (("c",), "x")]
+    requests = revive_requests([*items, (("a",), "x")], now)
+    filters = sorted((r._filter for r in requests), key=repr)
+    expired = {"$gte": EPOCH, "$lte": now}  # bounded below: no item without an expiry
+    assert filters == [
+        {"expires_at": expired, "ns": "c", "key": "x"},
+        {"expires_at": expired, "ns": {"$in": ["a", "b"]}, "key": {"$in": ["x", "y"]}},
+    ]
+    assert all(list(f)[0] == "expires_at" for f in filters)  # the clause SecantusDB serves
+    assert {repr(r._doc) for r in requests} == {repr({"$set": {"created_at": now}})}
+
+
+def test_only_batches_of_enough_puts_per_revive_statement_write_plain_updates() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    one_namespace = [(("a",), f"k{i}") for i in range(documents.PUTS_PER_REVIVE)]
+    assert len(documents.revived_puts(one_namespace, now)) == 1
+    assert documents.revived_puts(one_namespace[1:], now) == []
+    # Each namespace its own keys: a statement each, too many for what it saves.
+    scattered = [((f"n{i}",), f"k{i}") for i in range(100)]
+    assert documents.revived_puts(scattered, now) == []
+    plain = documents.put_request(("a",), "k", {}, None, [], False, None, now, revived=True)
+    assert set(plain._doc) == {"$set", "$setOnInsert", "$unset"}
+    assert isinstance(documents.put_request(("a",), "k", {}, None, [], False, None, now)._doc, list)
+
+
+@PUT_SHAPES
+async def test_a_put_leaves_no_field_of_an_earlier_form(
+    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
+) -> None:
+    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
+    index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
+    store = make_astore(index=index, exact_search=True)
+    await store.aput(("t",), "k", {"text": "first", "old": 1}, ttl=5)
+    first = await _doc(store, "k")
+    assert {"expires_at", "ttl_minutes", "embeddings"} <= first.keys()
+    await store.aput(("t",), "k", {"text": "second"}, index=False)
+    doc = await _doc(store, "k")
+    assert set(doc) == {"_id", "ns", "key", "namespace", "prefixes", "value"} | {
+        "created_at",
+        "updated_at",
+    }
+    assert doc["value"] == {"text": "second"} and doc["created_at"] == first["created_at"]
 
 
 async def test_refresh_on_read_for_get_and_search(make_astore: Any) -> None:

@@ -16,6 +16,10 @@ list_namespaces (the first call after ingestion, which settles the new namespace
 registry entries, and then the steady state; and of ``TEAMS`` namespaces that exist at
 every scale, one item each), and the 1,000-put ingestion batches.
 
+With ``--put-shapes`` it measures what one 1,000-upsert ``bulk_write`` costs the wire
+server (process CPU time) by update shape and by the indexes on the collection: where the
+ingestion time goes.
+
 With ``--vector-memory 1000,10000,50000`` it times one exact vector search over one
 namespace of each size and measures the client's peak memory (``tracemalloc``) against a
 SecantusDB server in its own process.
@@ -24,6 +28,7 @@ Run from the repository root (not collected by pytest)::
 
     python tests/perf/bench_store.py [--backend mock|wire|both] [--repeat 20] [--write]
     python tests/perf/bench_store.py --scale 1000,10000 [--backend wire] [--write]
+    python tests/perf/bench_store.py --put-shapes [--repeat 5] [--write]
 
 ``--write`` puts the table into docs/store.md between its benchmark markers.
 """
@@ -49,15 +54,16 @@ sys.path.insert(0, str(REPO))
 import mongomock  # noqa: E402
 from langgraph.store.base import GetOp, Op, PutOp, SearchOp  # noqa: E402
 from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
-from pymongo import MongoClient, monitoring  # noqa: E402
+from pymongo import IndexModel, MongoClient, UpdateOne, monitoring  # noqa: E402
 
-from mongo_ckpt.store import MongoDBStore  # noqa: E402
+from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
 DOC = REPO / "docs" / "store.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
+SHAPES_BEGIN, SHAPES_END = "<!-- bench_store_shapes:begin -->", "<!-- bench_store_shapes:end -->"
 VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
 PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
@@ -252,6 +258,7 @@ class ScaleRow:
     calls: float
     commands: float | None
     ms: float
+    cpu_ms: float
 
 
 def peak_kib(action: Callable[[], Any]) -> float:
@@ -325,17 +332,26 @@ def vector_memory(sizes: list[int], limits: list[int]) -> str:
 
 def measure(
     backend: Backend, calls: Counter, action: Callable[[int], Any], repeat: int
-) -> tuple[float, float | None, float]:
-    """Median ms, and collection calls and wire commands per run (mean over the runs)."""
+) -> tuple[float, float | None, float, float]:
+    """Collection calls and wire commands per run (mean over the runs), median ms and
+    median process CPU ms (the client and, on wire, the in-process server: steadier than
+    wall time on a shared machine)."""
     samples: list[float] = []
+    cpu: list[float] = []
     calls.clear()
     before = backend.commands.count if backend.commands else 0
     for i in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         action(i)
         samples.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
     commands = (backend.commands.count - before) / repeat if backend.commands else None
-    return sum(calls.values()) / repeat, commands, statistics.median(samples)
+    return (
+        sum(calls.values()) / repeat,
+        commands,
+        statistics.median(samples),
+        statistics.median(cpu),
+    )
 
 
 def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> list[ScaleRow]:
@@ -411,15 +427,96 @@ def bench_scaled(backend: Backend, store_name: str, items: int, repeat: int) -> 
 
 def scale_table(rows: list[ScaleRow]) -> str:
     lines = [
-        "| backend | items | operation | store | calls/op | wire commands/op | median ms |",
-        "|---|---:|---|---|---:|---:|---:|",
+        "| backend | items | operation | store | calls/op | wire commands/op | median ms "
+        "| median CPU ms |",
+        "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         commands = "—" if r.commands is None else f"{r.commands:g}"
         lines.append(
             f"| {r.backend} | {r.items:,} | {r.operation} | {r.store} | {r.calls:g} "
-            f"| {commands} | {r.ms:.2f} |"
+            f"| {commands} | {r.ms:.2f} | {r.cpu_ms:.2f} |"
         )
+    return "\n".join(lines)
+
+
+# -- put shapes: what 1,000 upserts cost the wire server, by update shape and indexes -----
+
+
+def official_put(i: int, now: Any) -> UpdateOne:
+    """langgraph-store-mongodb's put (``MongoDBStore.batch`` without an index)."""
+    ns = user_ns(i % 10)
+    return UpdateOne(
+        {"namespace_str": "/".join(ns), "key": f"m{i}"},
+        {
+            "$set": {"namespace_str": "/".join(ns), "value": value(i), "updated_at": now},
+            "$setOnInsert": {"namespace": list(ns), "created_at": now},
+        },
+        upsert=True,
+    )
+
+
+def our_puts(revived: bool) -> Callable[[Any], list[Any]]:
+    """mongo-ckpt's 1,000 puts of the scaled benchmark (one indexed field, 32 dims): plain
+    upserts after the batch's revive statements (``revived``), else update pipelines."""
+    embeddings = FakeEmbeddings()
+
+    def puts(now: Any) -> list[Any]:
+        items = [(user_ns(i % 10), f"m{i}") for i in range(INGEST_BATCH)]
+        revives = documents.revive_requests(items, now) if revived else []
+        return revives + [
+            documents.put_request(
+                ns,
+                key,
+                value(i),
+                None,
+                [("text", embeddings.embed_query(value(i)["text"]))],
+                False,
+                None,
+                now,
+                revived,
+            )
+            for i, (ns, key) in enumerate(items)
+        ]
+
+    return puts
+
+
+def put_shapes(repeat: int) -> str:
+    """Process CPU time (the client and the in-process SecantusDB server: steadier than
+    wall time on a shared machine) of one ordered ``bulk_write`` of 1,000 upserts into a
+    new collection, by update shape and by the secondary indexes on the collection."""
+    items = documents.index_models()
+    every = [*items, *registry.index_models()]
+    official = [IndexModel([("namespace_str", 1), ("key", 1)], unique=True)]
+    cases: list[tuple[str, Callable[[Any], list[Any]], list[IndexModel]]] = [
+        (OFFICIAL, lambda now: [official_put(i, now) for i in range(INGEST_BATCH)], official),
+        ("mongo-ckpt, update pipelines (small batches)", our_puts(False), every),
+        ("mongo-ckpt, plain updates (large batches)", our_puts(True), every),
+        ("mongo-ckpt, plain updates", our_puts(True), items),
+        ("mongo-ckpt, plain updates", our_puts(True), items[:2]),
+        ("mongo-ckpt, plain updates", our_puts(True), items[:1]),
+    ]
+    lines = ["| 1,000 upserts | secondary indexes | median CPU ms |", "|---|---|---:|"]
+    client: MongoClient = MongoClient(wire_uri(), directConnection=True)
+    collection = client["bench_put_shapes"]["c"]
+    try:
+        for label, puts, indexes in cases:
+            samples = []
+            for _ in range(repeat):
+                collection.drop()
+                collection.create_indexes(indexes)
+                requests = puts(documents.utc_now())
+                started = time.process_time()
+                collection.bulk_write(requests, ordered=True)
+                samples.append((time.process_time() - started) * 1000)
+            names = ", ".join(str(index.document["name"]) for index in indexes)
+            median = statistics.median(samples)
+            lines.append(f"| {label} | {len(indexes)}: {names} | {median:.0f} |")
+            print(lines[-1], flush=True)
+    finally:
+        client.drop_database("bench_put_shapes")
+        client.close()
     return "\n".join(lines)
 
 
@@ -430,10 +527,24 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="update docs/store.md")
     parser.add_argument("--scale", help="comma-separated item counts, e.g. 1000,10000,50000")
     parser.add_argument(
+        "--put-shapes",
+        action="store_true",
+        help="CPU time of 1,000 upserts on the wire server by update shape and indexes",
+    )
+    parser.add_argument(
         "--vector-memory",
         help="comma-separated namespace sizes: exact vector search time and client memory",
     )
     args = parser.parse_args()
+    if args.put_shapes:
+        try:
+            text = put_shapes(args.repeat)
+        finally:
+            stop_wire()
+        print(text)
+        if args.write:
+            write(text, SHAPES_BEGIN, SHAPES_END)
+        return
     if args.vector_memory:
         text = vector_memory([int(n) for n in args.vector_memory.split(",")], [10, 100])
         print(text)
