@@ -1,14 +1,15 @@
 """Client CPU per ``put``: mongo-ckpt's own work at given turns of a long conversation.
 
 Runs the ``add_messages`` conversation of ``tests/perf/conversation.py`` on mongomock and,
-for the puts of the last ``--window`` turns up to each reported turn, measures:
+for the puts of the ``--window`` turns up to each reported turn, measures:
 
 - **own CPU**: the thread's CPU time (``time.thread_time``) spent inside the steps of the
   put's operation generator, that is planning (list-delta fingerprints), serializing and
   building the documents, without the driver's execution of each call (on mongomock the
   server's work runs in the same thread, so this leaves it out);
 - **put CPU**: the thread's CPU time of the whole ``saver.put``, mongomock included;
-- a ``cProfile`` of those puts: the share of their time by package and the functions with
+- a ``cProfile`` of the operation's steps alone, over the ``--window`` turns before those
+  (the profiler inflates what it measures): their time by package and the functions with
   the largest cumulative time, per put.
 
 Run from the repository root (not collected by pytest)::
@@ -46,13 +47,14 @@ from tests.perf.conversation import (  # noqa: E402
 
 # Where profiled time goes, by the file (or built-in) a function belongs to; first match.
 PACKAGES = (
-    ("mongomock (the server)", ("mongomock", "mongo_ckpt/inprocess")),
     ("mongo_ckpt", ("mongo_ckpt",)),
     ("serde (langgraph serde, ormsgpack)", ("langgraph/checkpoint/serde", "ormsgpack")),
     ("bson", ("bson",)),
     ("pymongo", ("pymongo",)),
     ("hashlib", ("hashlib", "blake2b", "_blake2")),
 )
+# The generator methods this script steps the operation with (left out of the listing).
+_STEPPING = ("<method 'send' of 'generator' objects>", "<method 'throw' of 'generator' objects>")
 
 
 @dataclass
@@ -194,6 +196,11 @@ def _package(filename: str, name: str) -> str:
     return "other built-ins" if filename == "~" else "other Python (langgraph, stdlib)"
 
 
+def _harness(func: tuple[str, int, str]) -> bool:
+    """Whether a profiled function is this script's stepping of the operation."""
+    return func[0] == __file__ or func[2] in _STEPPING
+
+
 def _where(func: tuple[str, int, str]) -> str:
     filename, line, name = func
     if filename == "~":
@@ -254,7 +261,10 @@ def report(windows: list[Window], top: int, describe: str) -> str:
         ]
         lines += ["", f"Turn {w.last}: top {top} functions by cumulative time (ms per put):", ""]
         lines += ["| cumulative | own | calls per put | function |", "|---|---|---|---|"]
-        entries = sorted(stats.stats.items(), key=lambda item: -item[1][3])
+        entries = sorted(
+            (item for item in stats.stats.items() if not _harness(item[0])),
+            key=lambda item: -item[1][3],
+        )
         for func, (_cc, ncalls, tottime, cumtime, _callers) in entries[:top]:
             lines.append(
                 f"| {_ms(cumtime / puts)} | {_ms(tottime / puts)} | {ncalls / puts:.1f} | "
