@@ -1,13 +1,18 @@
 """Checkpointer benchmark: mongo-ckpt vs langgraph-checkpoint-mongodb on the same backend.
 
 For each backend, each state variant (plain ``add_messages`` and ``DeltaChannel``) and each
-saver (mongo-ckpt with and without list deltas, and the official saver), runs one long
-conversation (``graph.invoke`` per turn, ~1 KB human message and ~1 KB AI reply). At each
-reported turn count (``--turns 200 400``: one run of the largest, measured on the way) it
-reports stored bytes, the largest document, documents read by ``graph.get_state`` and bytes
-sent to the server in that turn; after the run, collection calls per saver operation (and
-wire commands, where there is a wire) and wall time per turn. ``--plot`` draws stored bytes
-against turns (matplotlib, in the ``bench`` extra).
+saver (mongo-ckpt with and without list deltas, mongo-ckpt with ``client_bulk_write=False``
+where its saver takes that keyword, and the official saver), runs one long conversation
+(``graph.invoke`` per turn, ~1 KB human message and ~1 KB AI reply). At each reported turn
+count (``--turns 200 400``: one run of the largest, measured on the way) it reports stored
+bytes, the largest document, documents read by ``graph.get_state`` and bytes sent to the
+server in that turn; after the run, collection calls per saver operation (and wire commands,
+where there is a wire), each mongo-ckpt row's put path (MongoDB 8.0's client-level
+``bulkWrite``, or one command per collection), commands per turn and wall time per turn over
+turns 30–50 and over the last 20 turns before each reported count. The backend's header says
+whether the server supports client-level ``bulkWrite`` (``hello``'s ``maxWireVersion`` ≥ 25;
+mongomock does not). ``--plot`` draws stored bytes against turns (matplotlib, in the
+``bench`` extra).
 
 Run from the repository root (not collected by pytest)::
 
@@ -23,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +46,8 @@ from pymongo.errors import OperationFailure  # noqa: E402
 
 from tests.backends import MONGODB_URI, stop_wire, wire_uri  # noqa: E402
 from tests.perf.conversation import (  # noqa: E402
+    MONGO_CKPT,
+    MONGO_CKPT_TWO_COMMANDS,
     OFFICIAL,
     PLAIN,
     SAVERS,
@@ -52,6 +59,7 @@ from tests.perf.conversation import (  # noqa: E402
     make_saver,
     run_turn,
     saver_collections,
+    takes_client_bulk_write,
     total_bytes,
     wrap_collections,
 )
@@ -63,6 +71,9 @@ MARKER = "bench_checkpointer"
 THREAD = "conversation"
 WARMUP_TURNS = 3
 PROGRESS_EVERY = 25
+EARLY = (30, 50)  # a window of turns, numbered from 0, end excluded
+LATE = 20  # turns before each reported count
+CLIENT_BULK_WRITE_WIRE_VERSION = 25  # MongoDB 8.0: the client-level bulkWrite command
 # Saver methods metered while the graph runs; nested calls count towards the outermost.
 RUN_OPS = ("put", "put_writes", "get_tuple", "get_delta_channel_history")
 OP_COLUMNS = (
@@ -97,6 +108,7 @@ class Meter:
         self.samples: dict[str, list[Frame]] = defaultdict(list)
         self.total = Frame()
         self.bytes_sent = 0
+        self.put_commands: Counter[str] = Counter()  # command name: times sent by a put
 
     def _frame(self) -> Frame | None:
         return getattr(self._local, "frame", None)
@@ -107,12 +119,14 @@ class Meter:
         if frame := self._frame():
             frame.calls += 1
 
-    def on_command(self, size: int) -> None:
+    def on_command(self, size: int, name: str) -> None:
         with self._lock:
             self.total.commands += 1
             self.bytes_sent += size
         if frame := self._frame():
             frame.commands += 1
+            if self._local.op == "put":
+                self.put_commands[name] += 1
 
     def on_reply(self, docs: int) -> None:
         if frame := self._frame():
@@ -122,11 +136,12 @@ class Meter:
         """Run ``fn`` as one sample of ``op`` (inside another sample it adds to that one)."""
         if self._frame() is not None:
             return fn()
-        self._local.frame = frame = Frame()
+        frame = Frame()
+        self._local.frame, self._local.op = frame, op
         try:
             return fn()
         finally:
-            self._local.frame = None
+            self._local.frame = self._local.op = None
             self.samples[op].append(frame)
 
     def attach(self, saver: Any) -> None:
@@ -168,7 +183,7 @@ class CommandCounter(monitoring.CommandListener):
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if self.meter is not None:
-            self.meter.on_command(len(bson.encode(event.command)))
+            self.meter.on_command(len(bson.encode(event.command)), event.command_name)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         cursor = event.reply.get("cursor") or {}
@@ -199,7 +214,9 @@ class Result:
     coll_stats: dict[str, int | None]
     samples: dict[str, list[Frame]]
     total: Frame
+    put_path: str = "–"
     turn_ms: list[float] = field(default_factory=list)
+    turn_commands: list[int] = field(default_factory=list)  # wire commands, or calls on mock
     snapshots: list[Snapshot] = field(default_factory=list)
     series: list[tuple[int, int]] = field(default_factory=list)  # (turns, stored bytes)
 
@@ -210,11 +227,18 @@ class Backend:
     client: Any
     description: str
     commands: CommandCounter | None  # None: in process, no wire commands to count
+    client_bulk_write: str  # whether the server has client-level bulkWrite, and why
 
 
 def open_backend(name: str) -> Backend:
     if name == "mock":
-        return Backend(name, mongomock.MongoClient(), f"mongomock {version('mongomock')}", None)
+        return Backend(
+            name,
+            mongomock.MongoClient(),
+            f"mongomock {version('mongomock')}",
+            None,
+            "no (mongomock has neither `hello` nor client-level `bulk_write`)",
+        )
     listener = CommandCounter()
     if name == "wire":
         client = MongoClient(wire_uri(), directConnection=True, event_listeners=[listener])
@@ -224,7 +248,40 @@ def open_backend(name: str) -> Backend:
             raise SystemExit("--backend mongodb needs MONGODB_URI")
         client = MongoClient(MONGODB_URI, event_listeners=[listener])
         description = "MongoDB at MONGODB_URI"
-    return Backend(name, client, f"{description}, PyMongo {version('pymongo')}", listener)
+    wire_version = client.admin.command("hello").get("maxWireVersion", 0)
+    supported = wire_version >= CLIENT_BULK_WRITE_WIRE_VERSION
+    capability = (
+        f"{'yes' if supported else 'no'} (`hello` `maxWireVersion` {wire_version}, "
+        f"{'≥' if supported else '<'} {CLIENT_BULK_WRITE_WIRE_VERSION})"
+    )
+    description = f"{description}, PyMongo {version('pymongo')}"
+    return Backend(name, client, description, listener, capability)
+
+
+def saver_names() -> list[str]:
+    """The savers of one run: the forced two-command put only where the saver takes it."""
+    names = list(SAVERS)
+    if takes_client_bulk_write():
+        names.insert(names.index(MONGO_CKPT) + 1, MONGO_CKPT_TWO_COMMANDS)
+    return names
+
+
+def put_path(backend: Backend, saver_name: str, meter: Meter) -> str:
+    """How the saver's puts reached the server: the commands seen on a wire, else the only
+    path mongomock has; and whether the saver chose it or was told to."""
+    if saver_name == OFFICIAL:
+        return "–"
+    if backend.commands is None:
+        path = "one call per collection"
+    elif meter.put_commands["bulkWrite"]:
+        path = "client bulkWrite"
+    else:
+        path = "one command per collection"
+    if saver_name == MONGO_CKPT_TWO_COMMANDS:
+        return f"{path} (forced)"
+    if not takes_client_bulk_write():
+        return f"{path} (saver without client_bulk_write)"
+    return f"{path} (detected)"
 
 
 def coll_stats_size(collection: Any) -> int | None:
@@ -268,12 +325,15 @@ def bench(backend: Backend, variant: str, saver_name: str, report_at: list[int])
     meter.attach(saver)
     result = Result(variant, saver_name, turns, {}, {}, meter.samples, Frame())
     config = {"configurable": {"thread_id": THREAD}}
+    wire = backend.commands is not None
     for turn in range(1, turns + 1):
         sent_before = meter.bytes_sent
+        before = meter.total.commands if wire else meter.total.calls
         with metering(backend, meter):
             start = time.perf_counter()
             run_turn(graph, THREAD, turn - 1)
             result.turn_ms.append((time.perf_counter() - start) * 1000)
+        result.turn_commands.append((meter.total.commands if wire else meter.total.calls) - before)
         if turn % PROGRESS_EVERY == 0:
             print(f"  turn {turn}: {result.turn_ms[-1]:.0f} ms", file=sys.stderr, flush=True)
         if turn % SAMPLE_EVERY and turn not in report_at:
@@ -286,11 +346,17 @@ def bench(backend: Backend, variant: str, saver_name: str, report_at: list[int])
             with metering(backend, loads):
                 loads.measure("get_state", lambda: graph.get_state(config))
             meter.total.calls = calls
-            result.snapshots.append(Snapshot(
-                turn, result.series[-1][1], max(m for _, m in sizes),
-                loads.samples["get_state"][0], meter.bytes_sent - sent_before,
-            ))
+            result.snapshots.append(
+                Snapshot(
+                    turn,
+                    result.series[-1][1],
+                    max(m for _, m in sizes),
+                    loads.samples["get_state"][0],
+                    meter.bytes_sent - sent_before,
+                )
+            )
     result.total = Frame(meter.total.calls, meter.total.commands)
+    result.put_path = put_path(backend, saver_name, meter)
 
     result.footprint = {name: footprint(coll) for name, coll in collections.items()}
     result.coll_stats = {name: coll_stats_size(coll) for name, coll in collections.items()}
@@ -369,40 +435,86 @@ def report(backend: Backend, results: list[Result]) -> str:
         ]
         stats = [s for s in r.coll_stats.values() if s is not None]
         storage.append(
-            [r.variant, r.saver, *cells, _size(total_bytes(r.footprint)),
-             f"{_size(largest[1].largest)} ({largest[0]})",
-             _size(sum(stats)) if stats else "n/a",
-             _ratio(total_bytes(r.footprint), baseline)]
+            [
+                r.variant,
+                r.saver,
+                *cells,
+                _size(total_bytes(r.footprint)),
+                f"{_size(largest[1].largest)} ({largest[0]})",
+                _size(sum(stats)) if stats else "n/a",
+                _ratio(total_bytes(r.footprint), baseline),
+            ]
         )
     calls_header = "collection calls / wire commands" if wire else "collection calls"
+    counted = "wire commands" if wire else "collection calls"
     ops = [
-        [r.variant, r.saver,
-         *(_ops_cell(r, op, wire) for op in OP_COLUMNS),
-         f"{r.total.calls / turns:.1f}" + (f" / {r.total.commands / turns:.1f}" if wire else "")]
+        [
+            r.variant,
+            r.saver,
+            *(_ops_cell(r, op, wire) for op in OP_COLUMNS),
+            f"{r.total.calls / turns:.1f}" + (f" / {r.total.commands / turns:.1f}" if wire else ""),
+        ]
         for r in results
     ]
-    timing = [
-        [r.variant, r.saver, f"{statistics.fmean(r.turn_ms):.1f}",
-         f"{statistics.median(r.turn_ms):.1f}", f"{statistics.fmean(r.turn_ms[:20]):.1f}",
-         f"{statistics.fmean(r.turn_ms[-20:]):.1f}", f"{sum(r.turn_ms) / 1000:.1f}"]
-        for r in results
-    ]
-    return "\n\n".join([
-        f"#### Backend `{backend.name}`: {backend.description}",
-        f"{turns} turns on one thread; `DeltaChannel(snapshot_frequency={SNAPSHOT_FREQUENCY})`.",
-        "**Growth and traffic** (at each reported turn count: stored bytes, largest document, "
-        "documents read and commands sent by `graph.get_state`, bytes of the commands sent "
-        "in that turn; ratios against `langgraph-checkpoint-mongodb` with `add_messages`):",
-        growth_table(results, wire),
-        f"**Stored bytes after {turns} turns** (sum of `len(bson.encode(doc))`; documents "
-        "in brackets):",
-        _table(["state", "saver", *names, "total", "largest document", "collStats size",
-                "vs official, add_messages"], storage),
-        f"**Round trips per operation** ({calls_header}; mean (min–max) when they vary):",
-        _table(["state", "saver", *OP_COLUMNS, "per turn"], ops),
-        "**Wall time per turn** (ms; `graph.invoke`, default durability):",
-        _table(["state", "saver", "mean", "median", "first 20", "last 20", "total s"], timing),
-    ])
+    return "\n\n".join(
+        [
+            f"#### Backend `{backend.name}`: {backend.description}",
+            f"{turns} turns on one thread; "
+            f"`DeltaChannel(snapshot_frequency={SNAPSHOT_FREQUENCY})`. "
+            "Server supports MongoDB 8.0's client-level `bulkWrite`: "
+            f"{backend.client_bulk_write}.",
+            "**Growth and traffic** (at each reported turn count: stored bytes, largest document, "
+            "documents read and commands sent by `graph.get_state`, bytes of the commands sent "
+            "in that turn; ratios against `langgraph-checkpoint-mongodb` with `add_messages`):",
+            growth_table(results, wire),
+            f"**Stored bytes after {turns} turns** (sum of `len(bson.encode(doc))`; documents "
+            "in brackets):",
+            _table(
+                [
+                    "state",
+                    "saver",
+                    *names,
+                    "total",
+                    "largest document",
+                    "collStats size",
+                    "vs official, add_messages",
+                ],
+                storage,
+            ),
+            f"**Round trips per operation** ({calls_header}; mean (min–max) when they vary):",
+            _table(["state", "saver", *OP_COLUMNS, "per turn"], ops),
+            f"**Commands and wall time per turn** ({counted} per turn, mean over the "
+            "conversation; wall time of `graph.invoke` in ms, default "
+            f"durability, mean over turns {EARLY[0]}–{EARLY[1]} and over the last {LATE} turns "
+            f"before each reported count, turns numbered from 0):",
+            timing_table(results, wire),
+        ]
+    )
+
+
+def timing_table(results: list[Result], wire: bool) -> str:
+    counts = [snap.turns for snap in results[0].snapshots]
+    header = ["state", "saver", "put path", "commands per turn" if wire else "calls per turn"]
+    header += [f"turns {EARLY[0]}–{EARLY[1]}", *(f"last {LATE} of {n}" for n in counts)]
+    rows = []
+    for r in results:
+        windows = [EARLY, *((n - LATE, n) for n in counts)]
+        rows.append(
+            [
+                r.variant,
+                r.saver,
+                r.put_path,
+                f"{statistics.fmean(r.turn_commands):.1f}",
+                *(
+                    f"{statistics.fmean(r.turn_ms[start:end]):.1f}"
+                    if start >= 0 and end <= len(r.turn_ms)
+                    else "–"
+                    for start, end in windows
+                ),
+                f"{sum(r.turn_ms) / 1000:.1f}",
+            ]
+        )
+    return _table([*header, "total s"], rows)
 
 
 def growth_table(results: list[Result], wire: bool) -> str:
@@ -412,21 +524,35 @@ def growth_table(results: list[Result], wire: bool) -> str:
     for r in results:
         for snap in r.snapshots:
             load = snap.get_state
-            rows.append([
-                r.variant, r.saver, str(snap.turns),
-                f"{_size(snap.stored)} ({_ratio(snap.stored, base[snap.turns].stored)})",
-                _size(snap.largest),
-                f"{load.docs_read} / {load.commands}" if wire else "n/a",
-                (f"{_size(snap.sent_in_turn)} "
-                 f"({_ratio(snap.sent_in_turn, base[snap.turns].sent_in_turn)})")
-                if wire else "n/a",
-            ])
+            rows.append(
+                [
+                    r.variant,
+                    r.saver,
+                    str(snap.turns),
+                    f"{_size(snap.stored)} ({_ratio(snap.stored, base[snap.turns].stored)})",
+                    _size(snap.largest),
+                    f"{load.docs_read} / {load.commands}" if wire else "n/a",
+                    (
+                        f"{_size(snap.sent_in_turn)} "
+                        f"({_ratio(snap.sent_in_turn, base[snap.turns].sent_in_turn)})"
+                    )
+                    if wire
+                    else "n/a",
+                ]
+            )
         first, last = r.snapshots[0], r.snapshots[-1]
         if last.turns != first.turns:
             rows[-1][3] += f"; ×{last.stored / first.stored:.2f} from {first.turns} turns"
     return _table(
-        ["state", "saver", "turns", "stored (vs official)", "largest document",
-         "get_state: docs read / commands", "sent in that turn (vs official)"],
+        [
+            "state",
+            "saver",
+            "turns",
+            "stored (vs official)",
+            "largest document",
+            "get_state: docs read / commands",
+            "sent in that turn (vs official)",
+        ],
         rows,
     )
 
@@ -490,20 +616,37 @@ def provenance() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("mock", "wire", "mongodb", "both"), default="both")
-    parser.add_argument("--turns", type=int, nargs="+", default=[200, 400],
-                        help="turn counts to report (one run of the largest)")
-    parser.add_argument("--write", nargs="?", const=DOC, type=Path, metavar="PATH",
-                        help=f"also write the tables into PATH (default {DOC.relative_to(REPO)})")
-    parser.add_argument("--plot", nargs="?", const=PLOT, type=Path, metavar="PNG",
-                        help=f"draw stored bytes against turns (default {PLOT.relative_to(REPO)};"
-                        " with two backends, the backend's name is added)")
+    parser.add_argument(
+        "--turns",
+        type=int,
+        nargs="+",
+        default=[200, 400],
+        help="turn counts to report (one run of the largest)",
+    )
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const=DOC,
+        type=Path,
+        metavar="PATH",
+        help=f"also write the tables into PATH (default {DOC.relative_to(REPO)})",
+    )
+    parser.add_argument(
+        "--plot",
+        nargs="?",
+        const=PLOT,
+        type=Path,
+        metavar="PNG",
+        help=f"draw stored bytes against turns (default {PLOT.relative_to(REPO)};"
+        " with two backends, the backend's name is added)",
+    )
     args = parser.parse_args(argv)
     try:
         for name in ("mock", "wire") if args.backend == "both" else (args.backend,):
             backend = open_backend(name)
             results = []
             for variant in VARIANTS:
-                for saver_name in SAVERS:
+                for saver_name in saver_names():
                     print(f"[{name}] {variant} / {saver_name} ...", file=sys.stderr, flush=True)
                     results.append(bench(backend, variant, saver_name, sorted(args.turns)))
             backend.client.close()

@@ -4,6 +4,7 @@ Shared by ``tests/perf/bench_checkpointer.py`` and ``tests/test_storage_footprin
 the benchmark and the storage assertions measure the same thing.
 """
 
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ MESSAGE_BYTES = 1024
 SNAPSHOT_FREQUENCY = 100
 MONGO_CKPT, OFFICIAL = "mongo-ckpt", "langgraph-checkpoint-mongodb"
 MONGO_CKPT_WHOLE = "mongo-ckpt, list_deltas=False"
+MONGO_CKPT_TWO_COMMANDS = "mongo-ckpt, client_bulk_write=False"
 SAVERS = (MONGO_CKPT, MONGO_CKPT_WHOLE, OFFICIAL)
 PLAIN, DELTA = "add_messages", "DeltaChannel"
 VARIANTS = (PLAIN, DELTA)
@@ -81,10 +83,20 @@ def run_turn(graph: Any, thread_id: str, turn: int) -> dict[str, Any]:
     return graph.invoke({"messages": [human_message(turn)]}, config)
 
 
+def takes_client_bulk_write() -> bool:
+    """Whether this mongo-ckpt's saver takes ``client_bulk_write`` (``False`` forces the put
+    path of one command per collection where the server has MongoDB 8.0's ``bulkWrite``)."""
+    return "client_bulk_write" in inspect.signature(MongoDBSaver).parameters
+
+
 def make_saver(name: str, client: Any, db_name: str) -> BaseCheckpointSaver:
-    """A ready saver of kind ``name`` (one of ``SAVERS``) on ``client[db_name]``."""
-    if name in (MONGO_CKPT, MONGO_CKPT_WHOLE):
-        saver = MongoDBSaver(client, db_name, list_deltas=name == MONGO_CKPT)
+    """A ready saver of kind ``name`` (one of ``SAVERS``, or ``MONGO_CKPT_TWO_COMMANDS``
+    where ``takes_client_bulk_write()``) on ``client[db_name]``."""
+    if name in (MONGO_CKPT, MONGO_CKPT_WHOLE, MONGO_CKPT_TWO_COMMANDS):
+        options: dict[str, Any] = {"list_deltas": name != MONGO_CKPT_WHOLE}
+        if name == MONGO_CKPT_TWO_COMMANDS:
+            options["client_bulk_write"] = False
+        saver = MongoDBSaver(client, db_name, **options)
         saver.setup()
         return saver
     if name == OFFICIAL:
