@@ -3,11 +3,13 @@
 Where the server (``maxWireVersion`` 25 or later) and the client library (a
 ``bulk_write`` method on the client: PyMongo 4.9+, Motor 3.7+; not mongomock) both have
 it, a put's values, checkpoint and parent probe go in one ordered command; elsewhere in
-one ordered bulk write per collection. The saver decides once, at setup.
+one ordered bulk write per collection. A saver decides at its first setup; the server's
+answer is kept for the client's life, so one ``hello`` serves every saver on a client.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +20,7 @@ from mongo_ckpt.calls import CLIENT, Operation, command
 from mongo_ckpt.errors import MongoCkptError
 
 WIRE_VERSION = 25  # MongoDB 8.0, the first with the client-level bulkWrite command
+_SERVER_HAS: dict[int, bool] = {}  # by id() of a live client: whether its server has it
 
 
 class ClientBulkWriteUnavailable(MongoCkptError, RuntimeError):
@@ -55,22 +58,32 @@ def has_bulk_write(client: Any) -> bool:
 
 def decide(client: Any, wanted: bool | None) -> Operation[bool]:
     """Whether puts use one client-level bulk write: ``wanted`` ``None`` when the server and
-    the client library have it (one ``hello``), ``False`` never, ``True`` always (raises
-    ``ClientBulkWriteUnavailable`` when they do not)."""
+    the client library have it (one ``hello`` per client), ``False`` never, ``True`` always
+    (raises ``ClientBulkWriteUnavailable`` when they do not)."""
     if wanted is False:
         return False
-    supported = has_bulk_write(client)
-    if supported:
+    library = has_bulk_write(client)
+    supported = library and _SERVER_HAS.get(id(client))
+    if library and supported is None:
         try:
             reply = yield from command(CLIENT, {"hello": 1})
         except OperationFailure:  # a server older than 4.4.2 has no hello (nor bulkWrite)
             reply = {}
         supported = reply.get("maxWireVersion", 0) >= WIRE_VERSION
+        _SERVER_HAS[id(client)] = supported
+        weakref.finalize(client, _SERVER_HAS.pop, id(client), None)
     if wanted and not supported:
-        what = "the server" if has_bulk_write(client) else f"{type(client).__name__}"
-        raise ClientBulkWriteUnavailable(
-            f"client_bulk_write=True needs MongoDB 8.0+ and a client library with "
-            f"MongoClient.bulk_write (PyMongo 4.9+, Motor 3.7+), but {what} has none: pass "
-            "client_bulk_write=None to use it where available, or False"
+        lacking = (
+            "the server is older than MongoDB 8.0"
+            if library
+            else (
+                f"{type(client).__module__.split('.')[0]}.{type(client).__name__} has no "
+                "MongoClient.bulk_write"
+            )
         )
-    return supported
+        raise ClientBulkWriteUnavailable(
+            "client_bulk_write=True needs MongoDB 8.0+ and a client library with "
+            f"MongoClient.bulk_write (PyMongo 4.9+, Motor 3.7+), but {lacking}: pass "
+            "client_bulk_write=None to use it where available, or False never to"
+        )
+    return bool(supported)

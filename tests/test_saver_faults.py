@@ -12,7 +12,9 @@ import pytest
 
 from mongo_ckpt import payload
 from tests.fault_harness import CHUNK, OPERATIONS, check_every_fault
-from tests.saver_support import Api
+from tests.saver_support import BOTH_PUT_PATHS, Api
+
+pytestmark = BOTH_PUT_PATHS
 
 
 @pytest.mark.mock_by_default
