@@ -376,22 +376,20 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        # 3. values and 4. checkpoint and parent probe: one command where the driver can
+        # 3. values: with the client-level bulk write, in one command with step 4
         inserted: set[Any] = set()
-        written: Written = None
+        written: Written = None  # what the checkpoint's requests did, once sent
         if self.client_bulk is not None:
-            outcome = yield from client_bulk_write(
-                _put_requests(key, doc, parent_id, blobs.inserting_heads()), self.client_bulk
-            )
-            values_written, written = outcome
+            requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
+            values_written, written = yield from client_bulk_write(requests, self.client_bulk)
             inserted = _inserted_heads(blobs, values_written)
-            if isinstance(values_written, BulkWriteError) and not _head_stored(
-                values_written, blobs
-            ):
-                raise values_written
-            if isinstance(values_written, BulkWriteResult) and blobs.multipart:
+            if isinstance(values_written, BulkWriteError):
+                if not _head_stored(values_written, blobs):
+                    raise values_written
+                # A head stored already stopped it before the checkpoint: as in two commands.
+            elif blobs.multipart:
                 yield from _drop_stray_parts(BLOBS, BLOB_KEY, blobs)
-        if written is None:  # one bulk write per collection, or a value head stored already
+        if written is None:
             if blobs.requests:
                 result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
                 inserted |= _inserted_heads(blobs, result)
@@ -399,6 +397,7 @@ class CheckpointOperations:
                 if found:  # stored by an earlier attempt: the stored value is the truth
                     yield from self._adopt_stored(key, plan, values, found, inserted)
                     doc["values"] = values_entries(plan.chains)
+            # 4. checkpoint and parent probe
             written = yield from _write_checkpoint(_checkpoint_requests(key, doc, parent_id))
         if isinstance(written, BulkWriteError):
             if not maintenance.probe_missed(written):
