@@ -170,24 +170,13 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         whose ``timeoutMS`` is 10 s unless the URI, ``timeoutMS`` or ``client_kwargs`` set it.
         """
         return Owned(
-            cls,
-            conn_string,
-            client_kwargs,
-            timeoutMS,
+            cls, conn_string, client_kwargs, timeoutMS,
             lambda client: cls(
-                client,
-                db_name,
-                checkpoint_collection_name,
-                writes_collection_name,
-                ttl,
-                serde,
-                blobs_collection_name=blobs_collection_name,
+                client, db_name, checkpoint_collection_name, writes_collection_name, ttl,
+                serde, blobs_collection_name=blobs_collection_name,
                 filterable_metadata_keys=filterable_metadata_keys,
-                sweep_interval=sweep_interval,
-                write_concern=write_concern,
-                list_deltas=list_deltas,
-                tracing=tracing,
-                client_bulk_write=client_bulk_write,
+                sweep_interval=sweep_interval, write_concern=write_concern,
+                list_deltas=list_deltas, tracing=tracing, client_bulk_write=client_bulk_write,
             ),
         )
 

@@ -154,7 +154,8 @@ async def test_value_adopted_after_a_refused_call_is_not_left_marked(api: Api) -
     assert stored["configurable"]["checkpoint_id"] == thread.checkpoint_id
     await thread.check(api)
     marked_named = [
-        (d["channel"], d["version"]) for d in await api.docs(BLOBS, {DOOMED: {"$exists": True}})
+        (d["channel"], d["version"])
+        for d in await api.docs(BLOBS, {DOOMED: {"$exists": True}})
     ]
     assert marked_named == [], "values stored checkpoints name are marked for deletion"
 
@@ -313,7 +314,9 @@ async def test_late_retry_beside_prune_is_never_stored_without_its_values(api: A
     version = args[3]["messages"]
     for doc in await api.docs(BLOBS, {"version": {"$in": list(args[3].values())}}):
         await maybe_await(api.raw(BLOBS).delete_one({"_id": doc["_id"]}))
-        await maybe_await(api.raw(BLOBS).insert_one({**doc, "_id": old_id(then)}))
+        await maybe_await(
+            api.raw(BLOBS).insert_one({**doc, "_id": old_id(then)})
+        )
     assert await api.count(BLOBS, {"channel": "messages", "version": version}) == 1
     restarted = api.reopened()
     operation = restarted.saver.ops.put(*args)

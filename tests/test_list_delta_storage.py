@@ -150,6 +150,7 @@ async def test_round_trips(api: Api) -> None:
     assert (await other.get_tuple(again)).checkpoint["channel_values"]["messages"] == messages[:21]
 
 
+
 class BlobDocsRead:
     """Wraps the blobs collection: documents each ``find`` returned."""
 
@@ -204,6 +205,7 @@ async def test_over_16_mib(api: Api) -> None:
     assert (await api.get_tuple(second)).checkpoint["channel_values"]["messages"] == longer
 
 
+
 async def test_encrypted(api: Api) -> None:
     secret = api.reopened(serde=ENCRYPTED)
     chain = Chain(secret)
@@ -222,6 +224,7 @@ async def test_encrypted(api: Api) -> None:
     assert got.checkpoint["channel_values"]["messages"] == messages
 
 
+
 async def test_missing_base_is_loud(api: Api) -> None:
     chain = Chain(api)
     messages: list[Any] = []
@@ -236,6 +239,7 @@ async def test_missing_base_is_loud(api: Api) -> None:
     assert (error.thread_id, error.checkpoint_ns, error.channel) == ("t", "", "messages")
     assert error.version == doc["version"] and error.base == doc["base"]
     assert repr(doc["base"]) in str(error)
+
 
 
 async def test_whole_values_of_earlier_versions_still_read(saver: MongoDBSaver) -> None:
@@ -345,3 +349,4 @@ async def test_delta_channel_seed_is_rebuilt(api: Api) -> None:
     history = await api.get_delta_channel_history(config=target, channels=["messages"])
     assert history["messages"]["seed"] == messages
     assert [w[2] for w in history["messages"]["writes"]] == [[message(99, 10)]]
+
