@@ -1,6 +1,7 @@
 """mongo-ckpt: durable LangGraph checkpoints and memory on MongoDB."""
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
+from mongo_ckpt.client_bulk import ClientBulkWriteUnavailable
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
@@ -16,6 +17,7 @@ __version__ = library_version()
 
 __all__ = [
     "AsyncMongoDBSaver",
+    "ClientBulkWriteUnavailable",
     "ClientClosedError",
     "ConflictingValueError",
     "MissingHistoryError",

@@ -22,8 +22,9 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt import maintenance
-from mongo_ckpt.calls import Operation
+from mongo_ckpt import client_bulk, maintenance
+from mongo_ckpt.calls import CLIENT, Operation
+from mongo_ckpt.client_bulk import ClientCalls
 from mongo_ckpt.connection import (
     DEFAULT_DB_NAME,
     DEFAULT_WRITE_CONCERN,
@@ -69,6 +70,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
         list_deltas: bool = True,
         tracing: Tracing | None = None,
+        client_bulk_write: bool | None = None,
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
@@ -92,6 +94,13 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             database, or after ``upgrade()``); ``False`` stores every version whole.
         tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
             traced when a global tracer provider is set (see docs/observability.md).
+        client_bulk_write: send a ``put`` (values, checkpoint, parent probe) as one
+            client-level ``bulkWrite`` command (MongoDB 8.0+ and PyMongo 4.9+ or Motor
+            3.7+) instead of one bulk write per collection: ``None`` (default) where the
+            server and the client library have it (decided once, at setup, by a
+            ``hello``); ``False`` never; ``True`` always (setup raises
+            ``ClientBulkWriteUnavailable`` where they do not). ``uses_client_bulk_write``
+            tells which, after setup.
         """
         adopt_client(self, client)
         super().__init__(serde=serde)
@@ -124,6 +133,10 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
+        self.collections[CLIENT] = ClientCalls(given, write_concern)
+        self.client_bulk_write = client_bulk_write
+        self.uses_client_bulk_write = False
+        self._client_bulk_decided = False
         self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
         self._tracer = operation_tracer(tracing, db_name)
@@ -145,6 +158,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
         list_deltas: bool = True,
         tracing: Tracing | None = None,
+        client_bulk_write: bool | None = None,
         client_kwargs: dict[str, Any] | None = None,
         timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
     ) -> Owned[Self]:
@@ -162,7 +176,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 serde, blobs_collection_name=blobs_collection_name,
                 filterable_metadata_keys=filterable_metadata_keys,
                 sweep_interval=sweep_interval, write_concern=write_concern,
-                list_deltas=list_deltas, tracing=tracing,
+                list_deltas=list_deltas, tracing=tracing, client_bulk_write=client_bulk_write,
             ),
         )
 
@@ -179,11 +193,15 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
     @property
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
+        namespaces = {
+            logical: f"{self.db.name}.{name}" for logical, name in self.layout.by_logical().items()
+        }
         return CheckpointOperations(
             self.layout,
             self.serde,
             self.filterable_metadata_keys,
             self.memory,
+            namespaces if self.uses_client_bulk_write else None,
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
@@ -230,8 +248,13 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes and upgrades), unless done already; while
         the database does not allow list deltas yet, the version is read again at most once
-        a minute, so an upgrade run elsewhere takes effect without a restart."""
+        a minute, so an upgrade run elsewhere takes effect without a restart. The first
+        setup also decides whether puts use the client-level bulk write (once per saver)."""
         if not self._is_setup:
+            if not self._client_bulk_decided:
+                wanted = self.client_bulk_write
+                self.uses_client_bulk_write = yield from client_bulk.decide(self.client, wanted)
+                self._client_bulk_decided = True
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True
         elif self.memory.recheck_due():
@@ -265,9 +288,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
         def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
 
-        async def _ajoin_background(
-            self, timeout: float | None, *, stop: bool = False
-        ) -> bool: ...
+        async def _ajoin_background(self, timeout: float | None, *, stop: bool = False) -> bool: ...
 
     # -- sync API -------------------------------------------------------------
 

@@ -14,10 +14,14 @@ below, named after the PyMongo methods, so a call reads like PyMongo and its
 result has a type::
 
     docs = yield from find(CHECKPOINTS, query, projection={"values": 1})
+
+``client_bulk_write`` sends requests on several collections as one command (MongoDB 8.0's
+client-level ``bulkWrite``) to the client under the ``CLIENT`` key.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -32,14 +36,20 @@ from pymongo import (
     UpdateMany,
     UpdateOne,
 )
+from pymongo.errors import BulkWriteError, ClientBulkWriteException
 from pymongo.operations import SearchIndexModel
-from pymongo.results import BulkWriteResult, DeleteResult, UpdateResult
+from pymongo.results import BulkWriteResult, ClientBulkWriteResult, DeleteResult, UpdateResult
 
 T = TypeVar("T")
 Document = dict[str, Any]
 Pipeline = Sequence[Mapping[str, Any]]
 Sort = Sequence[tuple[str, int]]
 WriteRequest = InsertOne[Any] | DeleteOne | DeleteMany | ReplaceOne[Any] | UpdateOne | UpdateMany
+CLIENT = "$client"
+"""The key of the client (``client_bulk.ClientCalls``) among the collections operations run on."""
+Written = BulkWriteResult | BulkWriteError | None
+"""What one collection's requests of a ``client_bulk_write`` did: all applied, one failed
+(the error says which; those before it applied), or not reached (an earlier one failed)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,68 @@ def bulk_write(
 ) -> Calling[BulkWriteResult]:
     """``collection.bulk_write(requests, ordered=ordered)``."""
     return (yield Call(collection, "bulk_write", (requests,), {"ordered": ordered}))
+
+
+def client_bulk_write(
+    writes: Sequence[tuple[str, Sequence[WriteRequest]]], namespaces: Mapping[str, str]
+) -> Generator[Call, Any, list[Written]]:
+    """``client.bulk_write(...)`` of ``writes`` (collection, requests), in order and ordered,
+    as one command; ``namespaces`` gives each collection's ``"db.collection"``.
+
+    Returns one ``Written`` per entry of ``writes``, as a ``bulk_write`` of that collection's
+    requests alone would report it (indexes within the entry), so the same code reads both.
+    A failure that is no request's own (the connection, a write concern) raises as such.
+    """
+    models = [_namespaced(r, namespaces[name]) for name, requests in writes for r in requests]
+    options = {"ordered": True, "verbose_results": True}
+    try:
+        result: ClientBulkWriteResult = yield Call(CLIENT, "bulk_write", (models,), options)
+    except ClientBulkWriteException as exc:
+        if isinstance(exc.error, Exception):  # the connection or the command, not a request
+            raise exc.error from exc
+        if exc.write_concern_errors or not exc.write_errors:
+            raise
+        return _per_collection(writes, exc.partial_result, exc.details["writeErrors"][0])
+    return _per_collection(writes, result, None)
+
+
+def _namespaced(request: WriteRequest, namespace: str) -> WriteRequest:
+    """``request`` aimed at ``namespace`` (PyMongo's models take it only as they are built)."""
+    aimed = copy.copy(request)
+    aimed._namespace = namespace
+    return aimed
+
+
+def _per_collection(
+    writes: Sequence[tuple[str, Sequence[WriteRequest]]],
+    result: ClientBulkWriteResult | None,
+    error: Mapping[str, Any] | None,
+) -> list[Written]:
+    """Split a client bulk write's outcome (``error``: its write error) by entry."""
+    upserted: dict[int, Any] = {}
+    if result is not None:
+        upserted = {i: r.upserted_id for i, r in result.update_results.items()}
+    failed: int | None = None if error is None else error["idx"]
+    out: list[Written] = []
+    start = 0
+    for _, requests in writes:
+        end = start + len(requests)
+        mine = [
+            {"index": i - start, "_id": _id}
+            for i, _id in sorted(upserted.items())
+            if start <= i < end and _id is not None
+        ]
+        details: dict[str, Any] = {"upserted": mine, "nUpserted": len(mine)}
+        if failed is None or failed >= end:
+            out.append(BulkWriteResult(details, acknowledged=True))
+        elif failed < start:
+            out.append(None)
+        else:
+            details["writeErrors"] = [{**(error or {}), "index": failed - start}]
+            details["writeConcernErrors"] = []
+            out.append(BulkWriteError(details))
+        start = end
+    return out
 
 
 def update_one(

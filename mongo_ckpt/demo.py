@@ -37,6 +37,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.redaction import redacted
+from mongo_ckpt.schema import SCHEMA
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
 THREAD = "demo"
@@ -322,7 +323,8 @@ class Demo:
         self.heading(f"4. What was stored (database {db_name!r})")
         self.say(f"  {'collection':<20} {'documents':>10} {'BSON bytes':>11}")
         stored = {}
-        for logical, collection in self.saver.collections.items():
+        for logical in (*self.saver.layout.by_logical(), SCHEMA):
+            collection = self.saver.collections[logical]
             stored[logical] = docs = [doc async for doc in collection.find({})]
             size = sum(len(bson.encode(doc)) for doc in docs)
             self.say(f"  {collection.name:<20} {len(docs):>10} {size:>11}")

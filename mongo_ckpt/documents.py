@@ -16,7 +16,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
-from mongo_ckpt.maintenance import DOOMED, TOUCHED_AT
+from mongo_ckpt.maintenance import DOOMED, PROBE, TOUCHED_AT
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -153,6 +153,13 @@ class ValueWrites:
     # write's ``upserted_ids`` say which heads the call inserted.
     heads: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
+    def inserting_heads(self) -> list[Any]:
+        """``requests`` with each head inserted or failing (``E11000``) where one is stored:
+        an ordered write stops there, before what would name the value."""
+        return [self._inserts.get(i, request) for i, request in enumerate(self.requests)]
+
+    _inserts: dict[int, Any] = field(default_factory=dict)
+
 
 def value_upsert(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The upsert of one value part: its fields written once (first write wins), its
@@ -205,6 +212,11 @@ def blob_requests(
                 out.heads[len(out.requests)] = (thread_id, checkpoint_ns, channel, version)
                 if delta is not None:
                     fields.update(delta.head_fields())
+                # No stored document has PROBE: the upsert inserts, or fails on the key index.
+                only_new = {**key, "part": 0, PROBE: {"$exists": True}}
+                out._inserts[len(out.requests)] = UpdateOne(
+                    only_new, value_upsert(fields), upsert=True
+                )
             out.requests.append(UpdateOne({**key, "part": part}, value_upsert(fields), upsert=True))
         if len(parts) > 1:
             out.multipart.append(key)

@@ -93,7 +93,7 @@ PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
 MARK, UNMARK = {"$set": {DOOMED: True}}, {"$unset": {DOOMED: ""}}
 UNTOMBSTONE = {"$unset": {DOOMED: "", DOOMED_AT: ""}}
 HEAD_FIELDS = dict.fromkeys((*BLOB_KEY, "base", DOOMED), 1)
-LOOK = {**SKELETON, DOOMED: 1, "created_at": 1}  # maintenance's reads of threads
+LOOK = {**SKELETON, DOOMED: 1, PENDING: 1, "created_at": 1}  # maintenance's reads of threads
 Forget = Callable[[Sequence[str]], None]
 """Drops what a saver instance remembers of the given threads (they are being deleted)."""
 Spare = Callable[[Sequence[Document], set[Key]], set[Key]]
@@ -480,7 +480,7 @@ def _delete_tombstoned(
         if doomed - gone:
             kept = {**keys_query(doomed - gone), DOOMED: token}
             yield from update_many(CHECKPOINTS, kept, UNTOMBSTONE)
-        survivors = [s for s in stored if key_of(s) not in gone]
+        survivors = [s for s in stored if key_of(s) not in gone and not _stillborn(s, gone)]
         unused = needed_values(s for s in stored if key_of(s) in gone)
         unused -= needed_values(survivors)
         if gone - marked_writes:
@@ -499,6 +499,14 @@ def _delete_tombstoned(
         query = {**keys_query(gone), DOOMED: {"$exists": True}}
         deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
     return stored
+
+
+def _stillborn(doc: Mapping[str, Any], gone: set[Key]) -> bool:
+    """Whether ``doc`` is a pending checkpoint whose parent is among ``gone``: its put's
+    probe misses that parent and the put takes it back (nothing confirms it), so the values
+    it shares with the parent are marked with the parent's, not left behind unmarked."""
+    parent = (doc["thread_id"], doc["checkpoint_ns"], doc.get("parent_checkpoint_id"))
+    return bool(doc.get(PENDING)) and parent in gone
 
 
 def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:

@@ -13,6 +13,9 @@ A ``put`` reads top to bottom in five steps:
 3. values: written first, so a reader never sees a checkpoint without its values; a value
    stored by an earlier attempt is adopted (the stored value is the truth);
 4. checkpoint and parent probe: one ordered bulk write (``maintenance.probe_parent``);
+   where the saver uses the client-level bulk write (``client_bulk``), steps 3 and 4 are
+   one command, whose value heads are inserted or fail: a head stored already stops it
+   before the checkpoint, and the put goes on as in two commands (adopting that value);
 5. take back: when the probe misses the parent, ``maintenance.judge_parent`` accepts the
    checkpoint or takes it back (``StaleParentError``).
 """
@@ -45,8 +48,10 @@ from mongo_ckpt.calls import (
     Emit,
     Operation,
     WriteRequest,
+    Written,
     aggregate,
     bulk_write,
+    client_bulk_write,
     count_documents,
     create_indexes,
     delete_many,
@@ -149,12 +154,16 @@ class CheckpointOperations:
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
         memory: CheckpointMemory,
+        client_bulk: Mapping[str, str] | None = None,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
         # What this saver instance read and wrote: chains, snapshot counters, the layout.
         self.memory = memory
+        # The namespace ("db.collection") of each collection when a put is sent as one
+        # client-level bulk write; ``None``: one bulk write per collection.
+        self.client_bulk = client_bulk
 
     def _where(self, db_name: str) -> str:
         """How errors name the saver's collections."""
@@ -375,35 +384,37 @@ class CheckpointOperations:
             key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        # 3. values
+        # 3. values: with the client-level bulk write, in one command with step 4
         inserted: set[Any] = set()
-        if blobs.requests:
-            result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
-            inserted = {blobs.heads[i] for i in result.upserted_ids or () if i in blobs.heads}
-            found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
-            if found:  # stored by an earlier attempt: the stored value is the truth
-                yield from self._adopt_stored(key, plan, values, found, inserted)
-                doc["values"] = values_entries(plan.chains)
-        # 4. checkpoint and parent probe
-        if parent_id is None:
-            write = UpdateOne(key, checkpoint_update(doc), upsert=True)
-            yield from bulk_write(CHECKPOINTS, [write], ordered=True)
-        else:
-            # Inserted pending; the probe fails the bulk write unless the parent is stored
-            # untombstoned, so only then does the confirmation run: nothing is visible that
-            # no probe has passed, whatever cuts the write.
-            write = UpdateOne(key, checkpoint_update(doc, pending=True), upsert=True)
-            parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id}, checkpoint_id)
-            requests = [write, parent, confirm_checkpoint(key)]
-            try:
-                yield from bulk_write(CHECKPOINTS, requests, ordered=True)
-            except BulkWriteError as error:
-                if not maintenance.probe_missed(error):
-                    raise
-                # 5. take back (or accept a parent never stored, and confirm)
-                mine = 0 in maintenance.upserted(error)  # this call inserted the checkpoint
-                yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
-                yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
+        written: Written = None  # what the checkpoint's requests did, once sent
+        if self.client_bulk is not None:
+            requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
+            values_written, written = yield from client_bulk_write(requests, self.client_bulk)
+            inserted = _inserted_heads(blobs, values_written)
+            if isinstance(values_written, BulkWriteError):
+                if not _head_stored(values_written, blobs):
+                    raise values_written
+                # A head stored already stopped it before the checkpoint: as in two commands.
+            elif blobs.multipart:
+                yield from _drop_stray_parts(BLOBS, BLOB_KEY, blobs)
+        if written is None:
+            if blobs.requests:
+                result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
+                inserted |= _inserted_heads(blobs, result)
+                found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
+                if found:  # stored by an earlier attempt: the stored value is the truth
+                    yield from self._adopt_stored(key, plan, values, found, inserted)
+                    doc["values"] = values_entries(plan.chains)
+            # 4. checkpoint and parent probe
+            written = yield from _write_checkpoint(_checkpoint_requests(key, doc, parent_id))
+        if isinstance(written, BulkWriteError):
+            if not maintenance.probe_missed(written):
+                raise written
+            # 5. take back (or accept a parent never stored, and confirm)
+            assert parent_id is not None  # only a put with a parent probes
+            mine = 0 in maintenance.upserted(written)  # this call inserted the checkpoint
+            yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
+            yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
         self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
         return {"configurable": key}
 
@@ -605,17 +616,73 @@ def _is_delta_head(doc: Mapping[str, Any]) -> bool:
     return doc.get("part", 0) == 0 and "base" in doc
 
 
+def _checkpoint_requests(
+    key: Mapping[str, str], doc: Mapping[str, Any], parent_id: str | None
+) -> list[WriteRequest]:
+    """The checkpoint's requests: its upsert alone without a parent; else inserted pending,
+    the parent probe, which fails the ordered write unless the parent is stored
+    untombstoned, and the confirmation, so nothing is visible that no probe has passed,
+    whatever cuts the write."""
+    if parent_id is None:
+        return [UpdateOne(key, checkpoint_update(doc), upsert=True)]
+    parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id}, key["checkpoint_id"])
+    write = UpdateOne(key, checkpoint_update(doc, pending=True), upsert=True)
+    return [write, parent, confirm_checkpoint(key)]
+
+
+def _put_requests(
+    key: Mapping[str, str],
+    doc: Mapping[str, Any],
+    parent_id: str | None,
+    values: Sequence[WriteRequest],
+) -> list[tuple[str, Sequence[WriteRequest]]]:
+    """A put's requests per collection, in the order they are applied: the ``values``
+    first, so a reader never sees a checkpoint without its values, then the checkpoint."""
+    return [(BLOBS, values), (CHECKPOINTS, _checkpoint_requests(key, doc, parent_id))]
+
+
+def _inserted_heads(blobs: ValueWrites, written: Written) -> set[Any]:
+    """The value keys whose head ``written`` (the write of ``blobs``) inserted."""
+    if isinstance(written, BulkWriteError):
+        upserted: Iterable[int] = maintenance.upserted(written)
+    else:
+        upserted = (written.upserted_ids or {}) if written is not None else ()
+    return {blobs.heads[i] for i in upserted if i in blobs.heads}
+
+
+def _head_stored(error: BulkWriteError, blobs: ValueWrites) -> bool:
+    """Whether the write of ``blobs.inserting_heads()`` stopped at a head stored already."""
+    errors = error.details.get("writeErrors", [])
+    return [e.get("code") for e in errors] == [maintenance.DUPLICATE_KEY] and (
+        errors[0].get("index") in blobs.heads
+    )
+
+
+def _write_checkpoint(requests: Sequence[WriteRequest]) -> Operation[Written]:
+    """The checkpoint's requests in one ordered bulk write; its error is returned."""
+    try:
+        return (yield from bulk_write(CHECKPOINTS, requests, ordered=True))
+    except BulkWriteError as error:
+        return error
+
+
 def _write_values(
     collection: str, key_fields: tuple[str, ...], writes: ValueWrites
 ) -> Operation[BulkWriteResult]:
-    """Write values in one ordered bulk write, so each head lands after its parts.
-
-    Values in several parts then cost one ``find`` of their part ids, and parts left by a
-    cut or losing attempt under the same keys are deleted (by ``_id``) when there are any.
-    """
+    """Write values in one ordered bulk write, so each head lands after its parts; then
+    ``_drop_stray_parts``."""
     result = yield from bulk_write(collection, writes.requests, ordered=True)
-    if not writes.multipart:
-        return result
+    if writes.multipart:
+        yield from _drop_stray_parts(collection, key_fields, writes)
+    return result
+
+
+def _drop_stray_parts(
+    collection: str, key_fields: tuple[str, ...], writes: ValueWrites
+) -> Operation[None]:
+    """After values in several parts were written: one ``find`` of their part ids, and the
+    parts left by a cut or losing attempt under the same keys deleted (by ``_id``) when
+    there are any."""
     query = writes.multipart[0] if len(writes.multipart) == 1 else {"$or": writes.multipart}
     projection = _fields(("part", "vid", *key_fields))
     docs = yield from find(collection, query, projection=projection)
@@ -623,7 +690,6 @@ def _write_values(
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
         yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
-    return result
 
 
 def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[set[Key]]:

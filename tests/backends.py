@@ -144,7 +144,8 @@ async def aclose(client: Any) -> None:
 
 
 class CountingCollection:
-    """Delegates to a collection and counts every method call on it (one round trip each)."""
+    """Delegates to a collection (or the saver's client, under ``calls.CLIENT``) and counts
+    every method call on it (one round trip each: a client-level bulk write is one)."""
 
     def __init__(self, inner: Any, name: str, counter: Counter) -> None:
         self._inner, self._name, self._counter = inner, name, counter

@@ -85,6 +85,19 @@ def pytest_addoption(parser: Any) -> None:
 DEFAULT_TARGETS = {"mock-sync", "wire-async", "mongodb-async"}
 
 
+def _duplicate_put_path(item: Any) -> bool:
+    """A mock case with ``client_bulk_write=False``: mock has no client-level bulk write, so
+    its ``None`` case runs the same two-command path."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("client_bulk_write") is not False:
+        return False
+    return any(
+        (isinstance(v, Target) and v.backend == "mock")
+        or (isinstance(v, tuple) and len(v) == 2 and v[0] == "mock")
+        for v in params.values()
+    )
+
+
 def _in_default_tier(item: Any) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "every_driver" in item.keywords:
@@ -105,6 +118,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
     long = pytest.mark.skip(reason="exhaustive tier: runs with --full (as .ci/run does)")
     full = config.getoption("--full")
+    duplicates = [item for item in items if _duplicate_put_path(item)]
+    if duplicates:
+        config.hook.pytest_deselected(items=duplicates)
+        items[:] = [item for item in items if item not in duplicates]
     if not full:
         kept = [item for item in items if _in_default_tier(item)]
         if len(kept) < len(items):
@@ -151,10 +168,18 @@ def target(request: Any) -> Target:
 
 
 @pytest.fixture
-async def api(target: Target, db_name: str) -> AsyncIterator[Api]:
+def client_bulk_write() -> bool | None:
+    """The ``client_bulk_write`` of the ``api`` fixture's saver: detected (the wire server
+    has the client-level bulk write). Tests of both put paths parametrize it
+    (``saver_support.BOTH_PUT_PATHS``)."""
+    return None
+
+
+@pytest.fixture
+async def api(target: Target, db_name: str, client_bulk_write: bool | None) -> AsyncIterator[Api]:
     """A set-up saver of ``target``'s kind in a fresh database, behind ``Api``."""
     client = target.client()
-    api = Api(target.saver_class(client, db_name))
+    api = Api(target.saver_class(client, db_name, client_bulk_write=client_bulk_write))
     await api.setup()
     yield api
     await api.drop_database()

@@ -1,12 +1,13 @@
 """Fault injection for the checkpointer's collections (this module holds no tests).
 
-``Faults`` wraps ``saver.collections`` in place. Each collection method call is
-numbered across all collections; a ``Fault`` armed for call ``n`` makes that call
-fail in one of three ways:
+``Faults`` wraps ``saver.collections`` in place (the client under ``calls.CLIENT`` too).
+Each method call is numbered across all of them; a ``Fault`` armed for call ``n`` makes
+that call fail in one of three ways:
 
 - ``before``: raise ``AutoReconnect`` without sending anything;
-- ``cut``: a ``bulk_write`` applies its first ``k`` requests, then ``AutoReconnect``
-  (a connection lost in the middle of an unordered batch);
+- ``cut``: a ``bulk_write`` (of a collection, or the client-level one of a put across
+  collections) applies its first ``k`` requests, then ``AutoReconnect`` (a connection
+  lost in the middle of a batch);
 - ``after``: the server applies the call, then the reply is lost (``AutoReconnect``).
 
 ``Interleave`` runs a hook before every call but the first of an operation (a

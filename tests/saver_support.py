@@ -27,11 +27,18 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
+from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, WRITE_KEY, WRITES
 from mongo_ckpt.reading import key_of
 from tests.backends import count_calls, maybe_await, total
 
 LOGICAL = (CHECKPOINTS, BLOBS, WRITES)
+# Runs a test of the ``api`` fixture on both ways a put is sent: one client-level bulk write
+# where the backend has it (wire, mongodb) and one bulk write per collection (the mock's
+# duplicate case is deselected: mock has only the second).
+BOTH_PUT_PATHS = pytest.mark.parametrize(
+    "client_bulk_write", [None, False], ids=["put-detected", "put-per-collection"]
+)
 Attempt = Callable[[], Awaitable[Any]]
 
 
@@ -68,7 +75,8 @@ class Api(AwaitableMethods):
 
     def reopened(self, db_name: str | None = None, **saver_options: Any) -> Api:
         """A new saver of the same kind on the same client and (by default) the same
-        database, as after a process restart."""
+        database (and ``client_bulk_write``), as after a process restart."""
+        saver_options.setdefault("client_bulk_write", self.saver.client_bulk_write)
         saver = type(self.saver)(self.saver.client, db_name or self.saver.db.name, **saver_options)
         return Api(saver)
 
@@ -171,6 +179,15 @@ class Api(AwaitableMethods):
             for spec in indexes.values()
             if spec.get("unique")
         }
+
+
+def put_write_calls(saver: Any, *, values: bool = True) -> dict[tuple[str, str], int]:
+    """The calls a ``put`` writes with (no value of it stored before): one client-level
+    bulk write where the saver uses it, else the values' bulk write (with ``values``) and
+    the checkpoint's (with the probe of its parent)."""
+    if saver.uses_client_bulk_write:
+        return {(CLIENT, "bulk_write"): 1}
+    return {**({(BLOBS, "bulk_write"): 1} if values else {}), (CHECKPOINTS, "bulk_write"): 1}
 
 
 def _stable(doc: dict) -> str:

@@ -20,16 +20,18 @@ from langgraph.checkpoint.conformance.test_utils import (
 from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import ConflictingValueError, StaleParentError, maintenance
-from mongo_ckpt.calls import Call
+from mongo_ckpt.calls import CLIENT, Call
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
-from tests.saver_support import Api
+from tests.saver_support import BOTH_PUT_PATHS, Api
 from tests.test_saver_fork_races import Fork, Stepper
 from tests.test_saver_put_retries import graph_on, lost_reply, msg, three
+
+pytestmark = BOTH_PUT_PATHS
 
 
 async def step_until(api: Api, operation: Any, stop: Any, hook: Any) -> None:
@@ -104,15 +106,16 @@ async def test_idle_delete_spares_a_conversation_started_after_its_look(api: Api
 
 
 class CutBlobs(_Wrapper):
-    """The first ``bulk_write`` on the values applies its first ``k`` requests, then the
-    connection is lost (``AutoReconnect``)."""
+    """The first ``bulk_write`` on the values (or the client-level one, whose values come
+    first) applies its first ``k`` requests, then the connection is lost
+    (``AutoReconnect``)."""
 
     def __init__(self, collections: dict[str, Any], k: int) -> None:
         self.k, self.fired = k, False
         super().__init__(collections)
 
     def invoke(self, name: str, attr: str, method: Any, args: tuple, kwargs: dict) -> Any:
-        if self.fired or (name, attr) != (BLOBS, "bulk_write"):
+        if self.fired or attr != "bulk_write" or name not in (BLOBS, CLIENT):
             return method(*args, **kwargs)
         self.fired = True
         return _fail(method(list(args[0])[: self.k], *args[1:], **kwargs))

@@ -19,7 +19,7 @@ def _python_blocks(markdown: str) -> list[str]:
 
 def test_the_architecture_put_snippet_is_quoted_from_put() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
-    snippet = next(b for b in _python_blocks(text) if "probe_parent" in b)
+    snippet = next(b for b in _python_blocks(text) if "# 4. checkpoint and parent probe" in b)
     source = textwrap.dedent(inspect.getsource(CheckpointOperations.put)).splitlines()
     wanted = snippet.rstrip("\n").splitlines()
     indent = len(source[-1]) - len(source[-1].lstrip())  # the body's indent

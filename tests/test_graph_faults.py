@@ -13,7 +13,9 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from tests.graphs import thread
-from tests.saver_support import Api
+from tests.saver_support import BOTH_PUT_PATHS, Api
+
+pytestmark = BOTH_PUT_PATHS
 
 DURABILITY = pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 

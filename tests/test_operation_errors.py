@@ -64,8 +64,9 @@ def _check_issuer(exc: BaseException, faults: Faults, number: int) -> None:
     expected = {
         "aggregate": {"get_tuple"},
         "find": {"get_tuple"},
-        # values (of put and put_writes); a checkpoint (with the probe of its parent)
-        "bulk_write": {"_write_values", "put"},
+        # values (of put and put_writes); a checkpoint (with the probe of its parent); both
+        # in one client-level bulk write (put)
+        "bulk_write": {"_write_values", "_write_checkpoint", "put"},
     }
     assert issuer in expected[method], (method, issuer)
 

@@ -41,7 +41,9 @@ from mongo_ckpt.store.registry import index_models as registry_index_models
 from tests.backends import MONGODB_URI, uri_for
 from tests.graphs import chat_builder, thread
 
-PLANNED = ("find", "aggregate", "update", "delete", "count", "distinct", "findAndModify")
+PLANNED = (
+    "find", "aggregate", "update", "delete", "count", "distinct", "findAndModify", "bulkWrite"
+)
 STORE_COLLECTION = "store"
 
 BACKENDS = [
@@ -86,6 +88,12 @@ def probes(command: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any], An
     elif name in ("update", "delete"):
         for statement in command[name + "s"]:
             yield collection, statement["q"], None
+    elif name == "bulkWrite":  # the client-level one of a put: each op names its namespace
+        namespaces = [info["ns"].split(".", 1)[1] for info in command["nsInfo"]]
+        for op in command["ops"]:
+            kind = next(iter(op))
+            if kind in ("update", "delete"):
+                yield namespaces[op[kind]], op["filter"], op.get("sort")
     elif name == "aggregate":
         yield from _pipeline_probes(collection, command["pipeline"])
 

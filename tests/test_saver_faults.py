@@ -4,7 +4,8 @@ copy_thread, prune and delete_for_runs fails in turn (before it is sent, after t
 applied it, and for bulk writes cut after k requests), and is retried, writes also with
 another value. After each failure every checkpoint is fully readable or not visible and
 no value is stitched; after the retry the operation is complete and nothing is left
-behind (see ``tests.fault_harness``)."""
+behind (see ``tests.fault_harness``). ``put`` runs on both of its paths (one client-level
+bulk write where the backend has it, one bulk write per collection)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from mongo_ckpt import payload
 from tests.fault_harness import CHUNK, OPERATIONS, check_every_fault
 from tests.saver_support import Api
 
+CASES = [
+    pytest.param(name, path, id=f"{name}-{label}" if name == "put" else name)
+    for name in OPERATIONS
+    for path, label in ((None, "put-detected"), (False, "put-per-collection"))
+    if name == "put" or path is None
+]
+
 
 @pytest.mark.mock_by_default
-@pytest.mark.parametrize("name", OPERATIONS)
+@pytest.mark.parametrize(("name", "client_bulk_write"), CASES)
 async def test_every_cut_point_leaves_whole_or_invisible_checkpoints(
     api: Api, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,7 +29,9 @@ from mongo_ckpt import StaleParentError, maintenance
 from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.drivers import aexecute, execute
 from tests.backends import TARGETS, Target, target_params
-from tests.saver_support import Api, assert_no_orphans
+from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
+
+pytestmark = BOTH_PUT_PATHS
 
 MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
     "prune": lambda forget: maintenance.prune(forget, ["t"], "keep_latest"),

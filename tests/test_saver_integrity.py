@@ -106,7 +106,13 @@ def test_special_overwrite_swaps_atomically(saver: MongoDBSaver) -> None:
 
 
 @pytest.mark.usefixtures("small_chunks")
-def test_retried_put_with_other_bytes_for_a_version_never_mixes(saver: MongoDBSaver) -> None:
+@pytest.mark.parametrize("client_bulk_write", [None, False], ids=["detected", "per-collection"])
+def test_retried_put_with_other_bytes_for_a_version_never_mixes(
+    saver: MongoDBSaver, client_bulk_write: bool | None
+) -> None:
+    saver = MongoDBSaver(saver.client, saver.db.name, client_bulk_write=client_bulk_write)
+    saver.setup()
+
     def put(thread: str, value: bytes) -> dict:
         checkpoint = generate_checkpoint(
             channel_values={"big": value}, channel_versions={"big": "00000001"}
@@ -118,12 +124,15 @@ def test_retried_put_with_other_bytes_for_a_version_never_mixes(saver: MongoDBSa
     faults = Faults(saver.collections)
     put("probe", A)
     faults.restore()
-    size = faults.calls[0][2]
+    size = faults.calls[0][2]  # the values' bulk write, or the put's one client-level one
+    values = size - 1 if saver.uses_client_bulk_write else size  # then the checkpoint's
     for k in range(size + 1):
         thread = f"t{k}"
         mode = "cut" if k < size else "after"
         _cut_then(saver, Fault(0, mode, k), lambda thread=thread: put(thread, A))
-        if k == size:  # A is stored whole: a version names one value, B is refused
+        if k > values:  # the checkpoint of A landed too: another put of the version keeps A
+            put(thread, B)
+        elif k == values:  # A is stored whole: a version names one value, B is refused
             with pytest.raises(ConflictingValueError):
                 put(thread, B)
             assert saver.get_tuple(generate_config(thread)) is None
@@ -132,7 +141,7 @@ def test_retried_put_with_other_bytes_for_a_version_never_mixes(saver: MongoDBSa
             put(thread, B)
         value = saver.get_tuple(generate_config(thread)).checkpoint["channel_values"]["big"]
         assert value in (A, B), f"stitched value after cut at {k}"
-        if k == size:
+        if k >= values:
             assert value == A  # the first whole value of a version stays
 
 

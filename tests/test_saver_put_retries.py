@@ -20,36 +20,50 @@ from langgraph.graph import START, MessagesState, StateGraph
 from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import ConflictingValueError, StaleParentError, documents, maintenance
+from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.clock import aware, server_now
 from mongo_ckpt.documents import TOUCHED_AT
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
-from tests.saver_support import Api, assert_no_orphans
+from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
 from tests.test_saver_fork_races import Stepper
+
+pytestmark = BOTH_PUT_PATHS
 
 T = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef" * 2)
 
 
 class LoseReply(_Wrapper):
-    """The first ``bulk_write`` on ``collection`` is applied, then its reply is lost."""
+    """The first ``bulk_write`` on ``collection`` is applied, then its reply is lost. In a
+    client-level bulk write (namespace ``namespace`` for the collection), its requests up
+    to the last on ``collection`` are applied, then the connection is lost: for the values
+    of a put, before its checkpoint, as when they are sent apart."""
 
-    def __init__(self, collections: dict[str, Any], collection: str) -> None:
-        self.collection, self.fired = collection, False
+    def __init__(self, collections: dict[str, Any], collection: str, namespace: str) -> None:
+        self.collection, self.namespace, self.fired = collection, namespace, False
         super().__init__(collections)
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
-        if self.fired or (name, attr) != (self.collection, "bulk_write"):
+        if self.fired or attr != "bulk_write" or name not in (self.collection, CLIENT):
             return method(*args, **kwargs)
+        requests = list(args[0])
+        if name == CLIENT:
+            on = [i for i, r in enumerate(requests) if r._namespace == self.namespace]
+            if not on:
+                return method(*args, **kwargs)
+            requests = requests[: on[-1] + 1]
         self.fired = True
-        return _fail(method(*args, **kwargs))
+        return _fail(method(requests, *args[1:], **kwargs))
 
 
 async def lost_reply(api: Api, collection: str, put: Callable[[], Any]) -> None:
-    """Run ``put`` with the reply of its first bulk write on ``collection`` lost."""
-    wrapper = LoseReply(api.saver.collections, collection)
+    """Run ``put`` with the reply of its first bulk write on ``collection`` lost (or its
+    client-level bulk write cut after its last request on ``collection``)."""
+    namespace = f"{api.saver.db.name}.{api.saver.layout.by_logical()[collection]}"
+    wrapper = LoseReply(api.saver.collections, collection, namespace)
     try:
         with pytest.raises(AutoReconnect):
             await put()

@@ -50,7 +50,7 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from tests.backends import maybe_await
 from tests.faults import Interleave, Serialized
 from tests.graphs import thread
-from tests.saver_support import Api, assert_no_orphans
+from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
 
 CHUNK = 256  # payload.CHUNK_SIZE here: every value below spans 1 to 4 parts
 SECONDS = 1.5  # how long the writers keep writing
@@ -231,6 +231,7 @@ async def check_race(saver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         assert figures[name] >= 1, name
 
 
+@BOTH_PUT_PATHS
 async def test_writers_and_maintenance_race(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     await check_race(api.saver, monkeypatch)
 

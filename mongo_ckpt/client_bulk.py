@@ -1,0 +1,89 @@
+"""Whether a saver sends a ``put`` as one command: MongoDB 8.0's client-level ``bulkWrite``.
+
+Where the server (``maxWireVersion`` 25 or later) and the client library (a
+``bulk_write`` method on the client: PyMongo 4.9+, Motor 3.7+; not mongomock) both have
+it, a put's values, checkpoint and parent probe go in one ordered command; elsewhere in
+one ordered bulk write per collection. A saver decides at its first setup; the server's
+answer is kept for the client's life, so one ``hello`` serves every saver on a client.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
+
+from mongo_ckpt.calls import CLIENT, Operation, command
+from mongo_ckpt.errors import MongoCkptError
+
+WIRE_VERSION = 25  # MongoDB 8.0, the first with the client-level bulkWrite command
+_SERVER_HAS: dict[int, bool] = {}  # by id() of a live client: whether its server has it
+
+
+class ClientBulkWriteUnavailable(MongoCkptError, RuntimeError):
+    """``client_bulk_write=True`` on a server or client library without the client-level
+    ``bulkWrite``."""
+
+
+class ClientCalls:
+    """What operations call on the client itself (the ``calls.CLIENT`` key): ``bulk_write``
+    across collections, with the saver's write concern, and ``command`` on ``admin``."""
+
+    def __init__(self, client: Any, write_concern: WriteConcern | None) -> None:
+        self.client = client
+        self._write_concern = write_concern
+
+    @property
+    def write_concern(self) -> Any:
+        """What the client-level writes wait for (the saver's, else the client's own)."""
+        return self._write_concern or getattr(self.client, "write_concern", None)
+
+    def bulk_write(self, models: Sequence[Any], **options: Any) -> Any:
+        if self._write_concern is not None:
+            options["write_concern"] = self._write_concern
+        return self.client.bulk_write(models, **options)
+
+    def command(self, spec: Mapping[str, Any]) -> Any:
+        return self.client.admin.command(spec)
+
+
+def has_bulk_write(client: Any) -> bool:
+    """Whether the client library has the client-level ``bulk_write`` (looked up on the
+    class: PyMongo and mongomock clients answer any attribute with a database)."""
+    return callable(getattr(type(client), "bulk_write", None))
+
+
+def decide(client: Any, wanted: bool | None) -> Operation[bool]:
+    """Whether puts use one client-level bulk write: ``wanted`` ``None`` when the server and
+    the client library have it (one ``hello`` per client), ``False`` never, ``True`` always
+    (raises ``ClientBulkWriteUnavailable`` when they do not)."""
+    if wanted is False:
+        return False
+    library = has_bulk_write(client)
+    supported = library and _SERVER_HAS.get(id(client))
+    if library and supported is None:
+        try:
+            reply = yield from command(CLIENT, {"hello": 1})
+        except OperationFailure:  # a server older than 4.4.2 has no hello (nor bulkWrite)
+            reply = {}
+        supported = reply.get("maxWireVersion", 0) >= WIRE_VERSION
+        _SERVER_HAS[id(client)] = supported
+        weakref.finalize(client, _SERVER_HAS.pop, id(client), None)
+    if wanted and not supported:
+        lacking = (
+            "the server is older than MongoDB 8.0"
+            if library
+            else (
+                f"{type(client).__module__.split('.')[0]}.{type(client).__name__} has no "
+                "MongoClient.bulk_write"
+            )
+        )
+        raise ClientBulkWriteUnavailable(
+            "client_bulk_write=True needs MongoDB 8.0+ and a client library with "
+            f"MongoClient.bulk_write (PyMongo 4.9+, Motor 3.7+), but {lacking}: pass "
+            "client_bulk_write=None to use it where available, or False never to"
+        )
+    return bool(supported)

@@ -1,0 +1,176 @@
+"""A ``put`` as one client-level ``bulkWrite`` (MongoDB 8.0+): when the saver uses it
+(``client_bulk_write``, decided at setup by one ``hello`` per client), what the command
+carries and reports, and the retry that finds a value stored already."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from pymongo import InsertOne, MongoClient, UpdateOne, monitoring
+from pymongo.errors import BulkWriteError
+from pymongo.results import BulkWriteResult
+
+from mongo_ckpt import ClientBulkWriteUnavailable, ConflictingValueError, MongoDBSaver
+from mongo_ckpt.calls import CLIENT, client_bulk_write
+from mongo_ckpt.connection import DEFAULT_WRITE_CONCERN
+from mongo_ckpt.drivers import run
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from tests.backends import count_calls, sync_client, wire_uri
+from tests.saver_support import Api, put_write_calls
+
+
+class Commands(monitoring.CommandListener):
+    """The commands a client sent, by name."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.sent.append((event.command_name, dict(event.command)))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [command for sent, command in self.sent if sent == name]
+
+
+def put_one(
+    saver: Any, thread_id: str, value: str = "x", parent: Any = None, checkpoint: Any = None
+) -> Any:
+    checkpoint = checkpoint or generate_checkpoint(
+        channel_values={"a": value}, channel_versions={"a": "1"}
+    )
+    config = parent or generate_config(thread_id)
+    return saver.put(config, checkpoint, generate_metadata(), {"a": "1"})
+
+
+@pytest.fixture
+def wire_client() -> Any:
+    """A new client of the wire server, which has the client-level bulk write (wire 27),
+    recording its commands in ``client.commands``."""
+    commands = Commands()
+    client: Any = MongoClient(wire_uri(), directConnection=True, event_listeners=[commands])
+    client.commands = commands
+    yield client
+    client.close()
+
+
+def test_the_wire_server_decides_once_per_client(wire_client: Any, db_name: str) -> None:
+    first = MongoDBSaver(wire_client, db_name)
+    counter = count_calls(first.collections)
+    first.setup()
+    assert first.uses_client_bulk_write
+    assert counter[(CLIENT, "command")] == 1  # the hello
+    again = MongoDBSaver(wire_client, db_name)
+    later = count_calls(again.collections)
+    again.setup()
+    put_one(again, "t")
+    put_one(first, "u")
+    assert later[(CLIENT, "command")] == 0 and counter[(CLIENT, "command")] == 1
+    assert dict(later) == {("schema", "find_one"): 1, (CLIENT, "bulk_write"): 1}
+    # The command carries the saver's write concern and the put's requests on two
+    # collections, in order: value, checkpoint.
+    [bulk, _] = wire_client.commands.named("bulkWrite")
+    assert bulk["writeConcern"] == DEFAULT_WRITE_CONCERN.document
+    names = [ns["ns"] for ns in bulk["nsInfo"]]
+    assert names == [f"{db_name}.checkpoint_blobs", f"{db_name}.checkpoints"]
+    assert [op["update"] for op in bulk["ops"]] == [0, 1]
+    wire_client.drop_database(db_name)
+
+
+def test_false_keeps_one_bulk_write_per_collection(wire_client: Any, db_name: str) -> None:
+    saver = MongoDBSaver(wire_client, db_name, client_bulk_write=False)
+    counter = count_calls(saver.collections)
+    saver.setup()
+    stored = put_one(saver, "t")
+    put_one(saver, "t", "y", parent=stored)
+    assert not saver.uses_client_bulk_write
+    assert counter[(CLIENT, "command")] == 0  # not even asked
+    assert counter[(BLOBS, "bulk_write")] == 2 and counter[(CHECKPOINTS, "bulk_write")] == 2
+    assert wire_client.commands.named("bulkWrite") == []
+    wire_client.drop_database(db_name)
+
+
+def test_true_is_refused_at_setup_where_there_is_none(db_name: str) -> None:
+    client = sync_client("mock")
+    saver = MongoDBSaver(client, db_name, client_bulk_write=True)
+    counter = count_calls(saver.collections)
+    with pytest.raises(ClientBulkWriteUnavailable, match="mongomock.MongoClient has no"):
+        saver.setup()
+    assert dict(counter) == {}  # before anything is read or written
+    assert MongoDBSaver(client, db_name).uses_client_bulk_write is False
+    detected = MongoDBSaver(client, db_name)
+    detected.setup()
+    assert not detected.uses_client_bulk_write
+    assert dict(count_calls(detected.collections)) == {}
+
+
+def test_true_on_the_wire_server(wire_client: Any, db_name: str) -> None:
+    saver = MongoDBSaver(wire_client, db_name, client_bulk_write=True)
+    saver.setup()
+    assert saver.uses_client_bulk_write
+    assert Api(saver).reopened().saver.client_bulk_write is True
+    wire_client.drop_database(db_name)
+
+
+def test_each_collections_outcome_as_its_own_bulk_write_reports_it(
+    wire_client: Any, db_name: str
+) -> None:
+    """An ``E11000`` in the middle of an ordered client bulk write: the requests before it
+    applied (their upserted ids by index within their collection), none after it."""
+    db = wire_client[db_name]
+    db.b.insert_one({"_id": 1})
+    namespaces = {"a": f"{db_name}.a", "b": f"{db_name}.b", "c": f"{db_name}.c"}
+    collections = {CLIENT: MongoDBSaver(wire_client, db_name).collections[CLIENT]}
+    writes: list[tuple[str, list[Any]]] = [
+        ("a", [UpdateOne({"k": 1}, {"$set": {"n": 1}}, upsert=True), InsertOne({"k": 2})]),
+        ("b", [UpdateOne({"k": 3}, {"$set": {"n": 3}}, upsert=True), InsertOne({"_id": 1})]),
+        ("c", [InsertOne({"k": 4})]),
+    ]
+    a, b, c = run(collections, client_bulk_write(writes, namespaces))
+    assert isinstance(a, BulkWriteResult) and list(a.upserted_ids or {}) == [0]
+    assert isinstance(b, BulkWriteError)
+    assert [(e["index"], e["code"]) for e in b.details["writeErrors"]] == [(1, 11000)]
+    assert [u["index"] for u in b.details["upserted"]] == [0]
+    assert c is None
+    assert db.c.count_documents({}) == 0 and db.b.count_documents({}) == 2
+    # No error: every collection's result.
+    again = run(collections, client_bulk_write([("c", [InsertOne({"k": 5})])], namespaces))
+    assert [type(r) for r in again] == [BulkWriteResult]
+    wire_client.drop_database(db_name)
+
+
+def test_a_value_stored_already_is_adopted_before_any_checkpoint_names_it(
+    wire_client: Any, db_name: str
+) -> None:
+    """The same put again: its command stops at the stored head, before the checkpoint;
+    the values are written again on their own (touched, unmarked), the stored one adopted,
+    then the checkpoint. The same put with a different value is refused, changing
+    nothing readable."""
+    saver = MongoDBSaver(wire_client, db_name)
+    checkpoint = generate_checkpoint(channel_values={"a": "x"}, channel_versions={"a": "1"})
+    first = put_one(saver, "t", checkpoint=checkpoint)
+    counter = count_calls(saver.collections)
+    assert put_one(saver, "t", checkpoint=checkpoint) == first
+    assert dict(counter) == {
+        (CLIENT, "bulk_write"): 1,
+        **put_write_calls(MongoDBSaver(wire_client, db_name, client_bulk_write=False)),
+        (BLOBS, "find"): 1,  # the stored value, adopted
+    }
+    other = {**checkpoint, "channel_values": {"a": "other"}}
+    with pytest.raises(ConflictingValueError):
+        put_one(saver, "t", checkpoint=other)
+    assert saver.collections[CHECKPOINTS].count_documents({"thread_id": "t"}) == 1
+    found = saver.get_tuple(generate_config("t"))
+    assert found is not None and found.checkpoint["channel_values"] == {"a": "x"}
+    wire_client.drop_database(db_name)
