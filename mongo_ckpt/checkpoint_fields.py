@@ -1,0 +1,31 @@
+"""How a checkpoint document's own fields read back, in either layout (4, or the slim
+documents of version 5 that ``documents.checkpoint_document`` writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+
+def stored_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Checkpoint:
+    """The checkpoint of checkpoint document ``doc`` (either layout), without its channel
+    values (the reader's to add)."""
+    checkpoint: Checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
+    checkpoint.setdefault("id", doc["checkpoint_id"])  # a slim document keeps it once
+    return checkpoint
+
+
+def stored_metadata(serde: SerializerProtocol, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of checkpoint document ``doc``: the serialized copy, or the plain one
+    when that reads back exactly (a slim document then keeps only it)."""
+    if "metadata_typed" in doc:
+        metadata: dict[str, Any] = serde.loads_typed(_typed(doc["metadata_typed"]))
+        return metadata
+    return dict(doc["metadata"])
+
+
+def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
+    return field["type"], bytes(field["data"])
