@@ -66,8 +66,8 @@ def _plain_key(key: Any) -> bool:
 
 
 MAX_CHECKPOINT_BYTES = 15 * 2**20
-"""Largest checkpoint document (metadata twice, plus the checkpoint without its channel
-values) ``put`` accepts: below MongoDB's 16 MiB, leaving room for the update around it."""
+"""Largest checkpoint document (metadata up to twice, plus the checkpoint without its
+channel values) ``put`` accepts: below MongoDB's 16 MiB, leaving room for the update."""
 
 
 def check_checkpoint_size(doc: Mapping[str, Any]) -> None:

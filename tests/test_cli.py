@@ -638,7 +638,9 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     versions.update_one(key, {"$set": {"version": 3}})
     pending = schema()
     assert pending["status"] == "warn"
-    assert pending["detail"] == "version 3: list deltas are off until the upgrade step"
+    assert pending["detail"] == (
+        "version 3: list deltas and slim documents are off until the upgrade step"
+    )
     assert pending["fix"] == (
         "once no process of an earlier mongo-ckpt release is left, run "
         f"`mongo-ckpt upgrade --db {fresh.db}`"
