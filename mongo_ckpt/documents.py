@@ -94,7 +94,22 @@ def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
 
 # Fields a slim checkpoint document (layout version 5) holds only when set
 # (``checkpoint_update`` unsets them otherwise, so a rewrite never keeps an earlier attempt's).
-OPTIONAL_FIELDS = ("metadata_typed", "run_id", "replay")
+OPTIONAL_FIELDS = ("inline", "metadata_typed", "run_id", "replay")
+
+
+def inline_values(
+    values: Mapping[str, Any], metadata: Mapping[str, Any], serde: SerializerProtocol
+) -> dict[str, dict[str, Any]]:
+    """The channel values a slim checkpoint document holds itself, serialized, by channel:
+    those that carry no data (``None``, as LangGraph's ``branch:to:*`` triggers hold), so
+    they need no value document. Never a DeltaChannel's (LangGraph's counters name them):
+    its seeds are snapshots in value documents."""
+    deltas = metadata.get("counters_since_delta_snapshot") or ()
+    return {
+        channel: typed(serde, value)
+        for channel, value in values.items()
+        if value is None and channel not in deltas
+    }
 
 
 def _reads_back(plain: Any, serialized: Any) -> bool:
@@ -123,24 +138,27 @@ def checkpoint_document(
     chains: Mapping[str, Sequence[Any]] | None = None,
     *,
     slim: bool = False,
+    inline: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` document: everything but the channel values.
+    """The ``checkpoints`` document: everything but the channel values not ``inline``.
 
     ``chains`` gives, per channel, the versions its value is rebuilt from (list deltas'
     bases first, the value's own version last); by default each value's own version.
 
-    ``slim``: the document of layout version 5: the serialized metadata only when the
-    plain copy does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
+    ``slim``: the document of layout version 5: the ``inline`` values (``inline_values``,
+    left out of ``values``) held in it, the serialized metadata only when the plain copy
+    does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
     serialized checkpoint without its id (the document's ``checkpoint_id``). Otherwise
     the document of version 4.
     """
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
+    inline = inline or {}
     if chains is None:
-        chains = {ch: [versions[ch]] for ch in values if ch in versions}
+        chains = {ch: [versions[ch]] for ch in values if ch in versions and ch not in inline}
     left_out = ("channel_values", "id") if slim else ("channel_values",)
     plain = plain_metadata(metadata, filterable_keys)
-    doc = {
+    doc: dict[str, Any] = {
         **key,
         "parent_checkpoint_id": parent_id,
         "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k not in left_out}),
@@ -160,6 +178,7 @@ def checkpoint_document(
     }
     if not slim:
         return doc
+    doc["inline"] = [{"channel": ch, **entry} for ch, entry in inline.items()]
     if _reads_back(plain, serde.loads_typed(_typed(doc["metadata_typed"]))):
         del doc["metadata_typed"]
     return {k: v for k, v in doc.items() if k not in OPTIONAL_FIELDS or v}

@@ -66,6 +66,7 @@ from mongo_ckpt.documents import (
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
+    inline_values,
     write_requests,
 )
 from mongo_ckpt.drivers import run
@@ -297,6 +298,10 @@ def _convert_checkpoint(
     checkpoint = convert_versions(cp.checkpoint, version_key, cp.thread_id, cp.checkpoint_ns)
     versions = checkpoint["channel_versions"]
     values = checkpoint["channel_values"]
+    slim, inline = ops.memory.slim_allowed, None
+    if slim:
+        inline = inline_values(values, cp.metadata, ops.serde)
+        values = {ch: v for ch, v in values.items() if ch not in inline}
     new = {}
     for channel in values:
         if channel in versions:
@@ -310,7 +315,8 @@ def _convert_checkpoint(
         cp.parent_checkpoint_id,
         ops.serde,
         ops.filterable_keys,
-        slim=ops.memory.slim_allowed,
+        slim=slim,
+        inline=inline,
     )
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)

@@ -1,5 +1,6 @@
-"""Slim checkpoint documents (layout version 5): the metadata once when its plain copy
-reads back exactly, optional fields only when set, the checkpoint id once.
+"""Slim checkpoint documents (layout version 5): values without data held inline, the
+metadata once when its plain copy reads back exactly, optional fields only when set, the
+checkpoint id once.
 
 Every rule is checked where it matters: what reads back, and every other reader of
 checkpoint documents (``copy_thread``, ``prune``, ``delete_thread``, the DeltaChannel
@@ -25,6 +26,7 @@ from langgraph.graph.message import _messages_delta_reducer
 from typing_extensions import TypedDict
 
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.snapshots import stored_channels
 from tests.saver_support import Api
 
 VALUES = {"count": 7, "word": "short", "items": [1, 2]}
@@ -60,9 +62,25 @@ async def test_the_checkpoint_reads_back_with_its_id(api: Api) -> None:
     assert listed.checkpoint == loaded.checkpoint
 
 
+async def test_values_without_data_are_held_inline_and_read_back(api: Api) -> None:
+    config = await _put(api, "t", {**VALUES, "branch:to:node": None, "empty": None})
+    doc = await _document(api, config)
+    assert [(e["channel"], e["type"], bytes(e["data"])) for e in doc["inline"]] == [
+        ("branch:to:node", "null", b""),
+        ("empty", "null", b""),
+    ]
+    assert {v["channel"] for v in doc["values"]} == set(VALUES)
+    assert {d["channel"] for d in await api.docs(BLOBS)} == set(VALUES)
+    assert stored_channels(doc) == {*VALUES, "branch:to:node", "empty"}
+    expected = {**VALUES, "branch:to:node": None, "empty": None}
+    assert (await api.get_tuple(config)).checkpoint["channel_values"] == expected
+    (listed,) = await api.list(generate_config("t"))
+    assert listed.checkpoint["channel_values"] == expected
+
+
 async def test_optional_fields_are_written_only_when_set(api: Api) -> None:
     doc = await _document(api, await _put(api, "t", VALUES))
-    assert {"replay", "run_id", "metadata_typed"}.isdisjoint(doc)
+    assert {"inline", "replay", "run_id", "metadata_typed"}.isdisjoint(doc)
     doc = await _document(api, await _put(api, "u", VALUES, run_id="r1"))
     assert doc["run_id"] == "r1"
     assert [t.config for t in await api.list(None, filter={"run_id": "r1"})] == [
@@ -121,26 +139,37 @@ async def test_a_rewritten_checkpoint_keeps_nothing_of_the_earlier_document(api:
     doc = await _document(api, config)
     assert {"metadata_typed", "run_id"}.isdisjoint(doc)
     assert (await api.get_tuple(config)).metadata == {"step": 2}
+    # A value inline, then stored: the rewrite keeps no inline entry, and the reverse.
+    none = {**checkpoint, "channel_values": {**VALUES, "count": None}}
+    config = await api.put(parent, none, {"step": 3}, versions)
+    assert [e["channel"] for e in (await _document(api, config))["inline"]] == ["count"]
+    assert (await api.get_tuple(config)).checkpoint["channel_values"]["count"] is None
+    config = await api.put(parent, checkpoint, {"step": 4}, versions)
+    assert "inline" not in await _document(api, config)
+    assert (await api.get_tuple(config)).checkpoint["channel_values"] == VALUES
 
 
 async def test_slim_documents_are_copied_kept_by_prune_and_deleted_with_the_thread(
     api: Api,
 ) -> None:
     first = await _put(api, "t", VALUES, source="input", step=-1)
-    second = _checkpoint({**VALUES, "count": 8}, "2")
+    second = _checkpoint({**VALUES, "count": 8, "flag": None}, "2")
     second["channel_versions"].update(word="1", items="1")  # unchanged
-    latest = await api.put(first, second, {"source": "loop", "step": 0}, {"count": "2"})
+    new = {"count": "2", "flag": "2"}
+    latest = await api.put(first, second, {"source": "loop", "step": 0}, new)
     assert await api.count(CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == 0
+    assert await api.count(CHECKPOINTS, {"inline.channel": "flag"}) == 1
+    latest_values = {**VALUES, "count": 8, "flag": None}
 
     await api.copy_thread("t", "copy")
     copied = {**latest["configurable"], "thread_id": "copy"}
     loaded = await api.get_tuple({"configurable": copied})
-    assert loaded.checkpoint["channel_values"] == {**VALUES, "count": 8}
+    assert loaded.checkpoint["channel_values"] == latest_values
     assert loaded.metadata == {"source": "loop", "step": 0}
 
     await api.prune(["t"])
     (kept,) = await api.list(generate_config("t"))
-    assert kept.checkpoint["channel_values"] == {**VALUES, "count": 8}
+    assert kept.checkpoint["channel_values"] == latest_values
     assert kept.metadata == {"source": "loop", "step": 0}
     assert len(await api.list(generate_config("copy"))) == 2
 
@@ -158,8 +187,9 @@ class DeltaState(TypedDict):
 
 
 def _delta_graph(checkpointer: Any) -> Any:
-    """A chat on a DeltaChannel beside a plain channel: the messages rebuilt from history
-    through slim documents (``replay`` only where a DeltaChannel has no stored value)."""
+    """A chat on a DeltaChannel beside a plain channel and the branch to the reply (its
+    ``None`` inline): the messages rebuilt from history through slim documents
+    (``replay`` only where a DeltaChannel has no stored value)."""
 
     def reply(state: dict[str, Any]) -> dict[str, Any]:
         seen = len(state["messages"])
@@ -184,6 +214,8 @@ async def test_delta_channel_history_through_slim_documents(api: Api) -> None:
     stored = {d["checkpoint_id"] for d in docs if "messages" in {v["channel"] for v in d["values"]}}
     replayed = {d["checkpoint_id"] for d in docs if "replay" in d}
     assert stored and replayed and not stored & replayed
+    assert await api.count(CHECKPOINTS, {"inline.channel": "branch:to:reply"}) == 7
+    assert await api.count(BLOBS, {"channel": "branch:to:reply"}) == 0
 
     history = await api.history(ours, config)
     expected = list(reference.get_state_history(config))
