@@ -66,8 +66,8 @@ def _plain_key(key: Any) -> bool:
 
 
 MAX_CHECKPOINT_BYTES = 15 * 2**20
-"""Largest checkpoint document (metadata twice, plus the checkpoint without its channel
-values) ``put`` accepts: below MongoDB's 16 MiB, leaving room for the update around it."""
+"""Largest checkpoint document (metadata up to twice, plus the checkpoint without its
+channel values) ``put`` accepts: below MongoDB's 16 MiB, leaving room for the update."""
 
 
 def check_checkpoint_size(doc: Mapping[str, Any]) -> None:
@@ -82,10 +82,50 @@ def check_checkpoint_size(doc: Mapping[str, Any]) -> None:
         )
 
 
+def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
+    return field["type"], bytes(field["data"])
+
+
 def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
     """A small serialized value stored inline: ``{"type": ..., "data": ...}``."""
     type_, data = serde.dumps_typed(value)
     return {"type": type_, "data": Binary(data)}
+
+
+# Fields a slim checkpoint document (layout version 5) holds only when set
+# (``checkpoint_update`` unsets them otherwise, so a rewrite never keeps an earlier attempt's).
+OPTIONAL_FIELDS = ("inline", "metadata_typed", "run_id", "replay")
+
+
+def inline_values(
+    values: Mapping[str, Any], metadata: Mapping[str, Any], serde: SerializerProtocol
+) -> dict[str, dict[str, Any]]:
+    """The channel values a slim checkpoint document holds itself, serialized, by channel:
+    those that carry no data (``None``, as LangGraph's ``branch:to:*`` triggers hold), so
+    they need no value document. Never a DeltaChannel's (LangGraph's counters name them):
+    its seeds are snapshots in value documents."""
+    deltas = metadata.get("counters_since_delta_snapshot") or ()
+    return {
+        channel: typed(serde, value)
+        for channel, value in values.items()
+        if value is None and channel not in deltas
+    }
+
+
+def _reads_back(plain: Any, serialized: Any) -> bool:
+    """Whether BSON gives the plain copy ``plain`` back exactly as the serializer gives
+    ``serialized`` back: the same types (``True`` is not ``1``), values and keys."""
+    if type(plain) is not type(serialized):
+        return False
+    if type(plain) is int:  # an int64 would come back as ``bson.Int64``
+        return bool(plain == serialized and -(2**31) <= plain < 2**31)
+    if type(plain) is list:
+        return len(plain) == len(serialized) and all(map(_reads_back, plain, serialized))
+    if type(plain) is dict:
+        return list(plain) == list(serialized) and all(
+            _reads_back(plain[k], serialized[k]) for k in plain
+        )
+    return bool(plain == serialized)
 
 
 def checkpoint_document(
@@ -96,21 +136,33 @@ def checkpoint_document(
     serde: SerializerProtocol,
     filterable_keys: Collection[str] | None,
     chains: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    slim: bool = False,
+    inline: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` document: everything but the channel values.
+    """The ``checkpoints`` document: everything but the channel values not ``inline``.
 
     ``chains`` gives, per channel, the versions its value is rebuilt from (list deltas'
     bases first, the value's own version last); by default each value's own version.
+
+    ``slim``: the document of layout version 5: the ``inline`` values (``inline_values``,
+    left out of ``values``) held in it, the serialized metadata only when the plain copy
+    does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
+    serialized checkpoint without its id (the document's ``checkpoint_id``). Otherwise
+    the document of version 4.
     """
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
+    inline = inline or {}
     if chains is None:
-        chains = {ch: [versions[ch]] for ch in values if ch in versions}
-    return {
+        chains = {ch: [versions[ch]] for ch in values if ch in versions and ch not in inline}
+    left_out = ("channel_values", "id") if slim else ("channel_values",)
+    plain = plain_metadata(metadata, filterable_keys)
+    doc: dict[str, Any] = {
         **key,
         "parent_checkpoint_id": parent_id,
-        "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k != "channel_values"}),
-        "metadata": plain_metadata(metadata, filterable_keys),
+        "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k not in left_out}),
+        "metadata": plain,
         "metadata_typed": typed(serde, metadata),
         "run_id": as_id(metadata.get("run_id")),
         # Channels whose value at this checkpoint is a stored blob, with its version,
@@ -124,6 +176,12 @@ def checkpoint_document(
             if ch in versions and ch not in values
         ],
     }
+    if not slim:
+        return doc
+    doc["inline"] = [{"channel": ch, **entry} for ch, entry in inline.items()]
+    if _reads_back(plain, serde.loads_typed(_typed(doc["metadata_typed"]))):
+        del doc["metadata_typed"]
+    return {k: v for k, v in doc.items() if k not in OPTIONAL_FIELDS or v}
 
 
 def checkpoint_update(doc: Mapping[str, Any], *, pending: bool = False) -> dict[str, Any]:
@@ -131,6 +189,9 @@ def checkpoint_update(doc: Mapping[str, Any], *, pending: bool = False) -> dict[
     the server's time. ``pending``: inserted invisible (``layout.PENDING``), to be confirmed
     once its parent probe ran; a stored checkpoint it rewrites stays visible."""
     update: dict[str, Any] = {"$set": doc, "$currentDate": {"created_at": True}}
+    unset = {name: "" for name in OPTIONAL_FIELDS if name not in doc}
+    if unset:
+        update["$unset"] = unset
     if pending:
         update["$setOnInsert"] = {PENDING: True}
     return update

@@ -201,13 +201,13 @@ def judge_parent(
     if found:
         if not is_live(found[0], (yield from server_now())):
             return
-    elif not doc["replay"]:
+    elif not doc.get("replay"):
         named = needed_values([doc])
         heads: list[Document] = []
         if named:
             query = {**blob_keys_query(named), "part": 0}
             heads = yield from find(BLOBS, query, projection=HEAD_FIELDS)
-        if _chains_stored(heads, chains_of(doc["values"])) and (
+        if _chains_stored(heads, chains_of(doc.get("values", ()))) and (
             yield from _still_named(key, named - inserted, mine)
         ):
             return

@@ -115,6 +115,8 @@ class CheckpointMemory:
         # Whether the database records that every writer reads deltas; unknown (no) until
         # setup has read its layout version.
         self.deltas_allowed = False
+        # Whether it records that every writer reads slim checkpoint documents (same).
+        self.slim_allowed = False
         self._next_check = 0.0
         self._lock = threading.Lock()
         self._heads: _Lru[tuple[str, str], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
@@ -128,15 +130,16 @@ class CheckpointMemory:
         by the database's recorded layout version."""
         return self.deltas_wanted and self.deltas_allowed
 
-    def note_layout(self, allowed: bool) -> None:
-        """The layout version was read: whether it allows deltas."""
-        self.deltas_allowed = allowed
+    def note_layout(self, allowed: bool, slim: bool = False) -> None:
+        """The layout version was read: whether it allows deltas, and slim documents."""
+        self.deltas_allowed, self.slim_allowed = allowed, slim
         self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
 
     def recheck_due(self) -> bool:
-        """Whether to read the layout version again: deltas are wanted, not yet allowed,
-        and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
-        return self.deltas_wanted and not self.deltas_allowed and monotonic() >= self._next_check
+        """Whether to read the layout version again: slim documents, or wanted deltas, not
+        yet allowed, and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        waiting = not self.slim_allowed or (self.deltas_wanted and not self.deltas_allowed)
+        return waiting and monotonic() >= self._next_check
 
     # -- checkpoints ----------------------------------------------------------------
 

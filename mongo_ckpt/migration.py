@@ -66,6 +66,7 @@ from mongo_ckpt.documents import (
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
+    inline_values,
     write_requests,
 )
 from mongo_ckpt.drivers import run
@@ -296,21 +297,31 @@ def _convert_checkpoint(
     key = dict(zip(CHECKPOINT_KEY, (cp.thread_id, cp.checkpoint_ns, cp.checkpoint_id)))
     checkpoint = convert_versions(cp.checkpoint, version_key, cp.thread_id, cp.checkpoint_ns)
     versions = checkpoint["channel_versions"]
+    values = checkpoint["channel_values"]
+    slim, inline = ops.memory.slim_allowed, None
+    if slim:
+        inline = inline_values(values, cp.metadata, ops.serde)
+        values = {ch: v for ch, v in values.items() if ch not in inline}
     new = {}
-    for channel in checkpoint["channel_values"]:
+    for channel in values:
         if channel in versions:
             value_key = (cp.thread_id, cp.checkpoint_ns, channel, versions[channel])
             if value_key not in stored:
                 new[channel] = versions[channel]
     doc = checkpoint_document(
-        key, checkpoint, cp.metadata, cp.parent_checkpoint_id, ops.serde, ops.filterable_keys
+        key,
+        checkpoint,
+        cp.metadata,
+        cp.parent_checkpoint_id,
+        ops.serde,
+        ops.filterable_keys,
+        slim=slim,
+        inline=inline,
     )
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)
     stored.update((cp.thread_id, cp.checkpoint_ns, ch, v) for ch, v in new.items())
-    out.blobs += blob_requests(
-        cp.thread_id, cp.checkpoint_ns, checkpoint["channel_values"], new, ops.serde
-    ).requests
+    out.blobs += blob_requests(cp.thread_id, cp.checkpoint_ns, values, new, ops.serde).requests
     return UpdateOne(key, {"$set": doc}, upsert=True)
 
 

@@ -75,6 +75,7 @@ from mongo_ckpt.documents import (
     checkpoint_document,
     checkpoint_update,
     confirm_checkpoint,
+    inline_values,
     write_requests,
 )
 from mongo_ckpt.errors import MongoCkptError
@@ -176,12 +177,12 @@ class CheckpointOperations:
         One round trip when nothing is to upgrade. Unversioned collections are new
         (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
         langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
-        Notes in ``deltas`` whether the recorded version allows list deltas.
+        Notes in ``memory`` what the recorded version allows (list deltas, slim documents).
         """
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
-            self.memory.note_layout(found >= schema.LIST_DELTAS_VERSION)
+            self._note_layout(found)
             return
         if found is None:
             sample = yield from find(
@@ -204,20 +205,26 @@ class CheckpointOperations:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         recorded = max(found, schema.SAVER_SETUP_VERSION)
         yield from schema.record(key, self.layout.by_logical(), recorded)
-        self.memory.note_layout(recorded >= schema.LIST_DELTAS_VERSION)
+        self._note_layout(recorded)
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
-        deltas, so they are written from now on."""
+        deltas and slim checkpoint documents, so they are written from now on."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
-        self.memory.note_layout(True)
+        self._note_layout(schema.SAVER_SCHEMA_VERSION)
 
     def recheck_layout(self, db_name: str) -> Operation[None]:
         """Read the recorded layout version again: another process may have upgraded it."""
         key = schema.saver_key(self.layout.checkpoints)
         found = yield from schema.read(key, self._where(db_name))
-        self.memory.note_layout(found is not None and found >= schema.LIST_DELTAS_VERSION)
+        self._note_layout(found or 0)
+
+    def _note_layout(self, recorded: int) -> None:
+        """What the recorded layout version lets this saver write."""
+        self.memory.note_layout(
+            recorded >= schema.LIST_DELTAS_VERSION, recorded >= schema.SLIM_DOCUMENTS_VERSION
+        )
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -361,8 +368,12 @@ class CheckpointOperations:
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
-        values = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
+        slim, inline = self.memory.slim_allowed, None
+        values = checkpoint["channel_values"]
+        if slim:  # values without data go in the checkpoint document
+            inline = inline_values(values, metadata, self.serde)
+            values = {ch: v for ch, v in values.items() if ch not in inline}
         # 1. plan
         parent_chains = yield from self._parent_chains(
             key, parent_id, values, versions, new_versions
@@ -381,7 +392,15 @@ class CheckpointOperations:
             thread_id, checkpoint_ns, values, new_versions, self.serde, plan.deltas
         )
         doc = checkpoint_document(
-            key, checkpoint, metadata, parent_id, self.serde, self.filterable_keys, plan.chains
+            key,
+            checkpoint,
+            metadata,
+            parent_id,
+            self.serde,
+            self.filterable_keys,
+            plan.chains,
+            slim=slim,
+            inline=inline,
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         # 3. values: with the client-level bulk write, in one command with step 4

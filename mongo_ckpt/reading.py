@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt.checkpoint_fields import stored_checkpoint, stored_metadata
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import (
     check_field_name,
@@ -303,17 +304,17 @@ class Loaded:
     def checkpoint_tuple(self, doc: Mapping[str, Any]) -> CheckpointTuple:
         """The ``CheckpointTuple`` of checkpoint document ``doc``: values and writes decoded."""
         thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
-        checkpoint = self.serde.loads_typed(_typed(doc["checkpoint"]))
-        checkpoint["channel_values"] = {
-            ref["channel"]: self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"])
+        checkpoint = stored_checkpoint(self.serde, doc)
+        checkpoint["channel_values"].update(
+            (ref["channel"], self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"]))
             for ref in doc.get("values", ())
             if not ref.get("base")
-        }
+        )
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(
             config=_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self.serde.loads_typed(_typed(doc["metadata_typed"])),
+            metadata=stored_metadata(self.serde, doc),
             parent_config=_config(thread_id, checkpoint_ns, parent_id) if parent_id else None,
             pending_writes=self.writes.get((thread_id, checkpoint_ns, checkpoint_id), []),
         )
@@ -327,10 +328,6 @@ class Loaded:
 
         key = (thread_id, checkpoint_ns, channel, version)
         return rebuild(self.blobs, key, self.serde.loads_typed, missing)
-
-
-def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
-    return field["type"], bytes(field["data"])
 
 
 def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

@@ -12,11 +12,12 @@ documents: then ``SchemaUpgradeRequired`` names the command that does it. A newe
 version raises ``SchemaTooNewError`` before any data is read or written. Versions
 only go up (``$max``).
 
-A version that changes what readers must understand (4: list deltas) is recorded by
-``setup()`` only on a new, empty database. On existing data only the explicit upgrade
-step records it (``saver.upgrade()``, ``mongo-ckpt upgrade``), run once every process
-runs a release that reads it; until then the saver writes what version 3 reads. Once
-it is recorded, earlier releases refuse the data at setup (``SchemaTooNewError``).
+A version that changes what readers must understand (4: list deltas, 5: slim checkpoint
+documents) is recorded by ``setup()`` only on a new, empty database. On existing data only
+the explicit upgrade step records it (``saver.upgrade()``, ``mongo-ckpt upgrade``), run
+once every process runs a release that reads it; until then the saver writes what the
+recorded version reads. Once it is recorded, earlier releases refuse the data at setup
+(``SchemaTooNewError``).
 
 Saver versions:
   1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
@@ -24,6 +25,11 @@ Saver versions:
   3. A sparse ``doomed`` index on values and writes (maintenance marks what it deletes).
   4. List deltas (``listdelta.py``): a value may be a tail naming its ``base``; a
      reader of version 3 would take the tail for the whole list. No data changes.
+  5. Slim checkpoint documents (``documents.checkpoint_document``): values without data
+     (``None``) held ``inline``, with no value document, ``metadata_typed`` only when the
+     plain copy does not read back exactly, ``run_id`` and ``replay`` only when set, the
+     serialized checkpoint without its ``id``. A reader of version 4 would miss inline
+     values, the metadata and the id. No data changes: both layouts read.
 
 Store versions:
   1. One document per item.
@@ -45,12 +51,14 @@ from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.colle
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 from mongo_ckpt.layout import Layout
 
-SAVER_SCHEMA_VERSION = 4
+SAVER_SCHEMA_VERSION = 5
 # The highest saver version ``setup()`` raises existing data to by itself: a release
 # that reads version 3 may still be running beside this one and would misread a list delta.
 SAVER_SETUP_VERSION = 3
 # The recorded saver version from which list deltas may be written.
 LIST_DELTAS_VERSION = 4
+# The recorded saver version from which slim checkpoint documents may be written.
+SLIM_DOCUMENTS_VERSION = 5
 STORE_SCHEMA_VERSION = 2
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.

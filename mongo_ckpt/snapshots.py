@@ -12,9 +12,10 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
+from mongo_ckpt.checkpoint_fields import stored_checkpoint, stored_metadata
 from mongo_ckpt.inspection import document_size
 from mongo_ckpt.layout import BLOB_KEY
-from mongo_ckpt.reading import Key, _typed, key_of
+from mongo_ckpt.reading import Key, key_of
 
 START = "__start__"
 BRANCH_PREFIX = "branch:to:"
@@ -101,8 +102,8 @@ def history_rows(
         parent = doc.get("parent_checkpoint_id")
         inherited = refs.get((key[0], key[1], parent), set()) if parent else set()
         stored_first = sum(blob_bytes.get(ref, 0) for ref in refs[key] - inherited)
-        metadata = serde.loads_typed(_typed(doc["metadata_typed"]))
-        checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
+        metadata = stored_metadata(serde, doc)
+        checkpoint = stored_checkpoint(serde, doc)
         rows.append(
             HistoryRow(
                 checkpoint_id=key[2],
@@ -120,7 +121,8 @@ def history_rows(
 
 def stored_channels(doc: Mapping[str, Any]) -> set[str]:
     """Channels with a value at the checkpoint ``doc``: stored, or rebuilt from history."""
-    return {v["channel"] for v in doc.get("values", ())} | set(doc.get("replay", ()))
+    stored = [*doc.get("values", ()), *doc.get("inline", ())]
+    return {v["channel"] for v in stored} | set(doc.get("replay", ()))
 
 
 def _refs(doc: Mapping[str, Any]) -> set[Key]:

@@ -138,8 +138,9 @@ def test_mismatches_are_listed_and_fail_the_command(client: Any, dbs: tuple[str,
     chat_threads(OfficialSaver(client, source), 2)
     args = ["migrate", "--from-official", "--source-db", source, "--db", target]
     assert invoke(client, *args).exit_code == 0
+    # The metadata of a slim checkpoint document is its plain copy alone.
     client[target]["checkpoints"].update_many(
-        {"thread_id": "t1"}, {"$set": {"metadata_typed.data": b"\x81\xa1x[red]"}}
+        {"thread_id": "t1"}, {"$set": {"metadata": {"x": "[red]"}}}
     )
     checkpoints = client[target]["checkpoints"].find({"thread_id": "t0"}, sort=[("_id", 1)])
     client[target]["checkpoints"].delete_one({"_id": next(iter(checkpoints))["_id"]})
@@ -154,8 +155,9 @@ def test_skipped_threads_are_listed_and_fail_the_command(client: Any, dbs: tuple
     source, target = dbs
     official = OfficialSaver(client, source)
     chat_threads(official, 3)
-    # 8 MiB of metadata: valid for the official saver, stored twice it is over 15 MiB.
-    big = {**thread("t1-big"), "metadata": {"note": "x" * (8 * 2**20)}}
+    # 8 MiB of metadata: valid for the official saver, stored twice (plain BSON would give
+    # the int64 back as ``bson.Int64``) it is over 15 MiB.
+    big = {**thread("t1-big"), "metadata": {"note": "x" * (8 * 2**20), "wide": 2**40}}
     chat_builder().compile(checkpointer=official).invoke({"messages": [HumanMessage("hi")]}, big)
     args = ["migrate", "--from-official", "--source-db", source, "--db", target, "--batch", "1"]
     result = invoke(client, *args, "--verify")

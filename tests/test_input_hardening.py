@@ -92,7 +92,8 @@ async def check_nul_metadata_key(api: Api) -> None:
 async def check_huge_metadata(api: Api) -> None:
     await put_chain(api, "t", 1)
     checkpoint = generate_checkpoint(channel_values={"c": "value"}, channel_versions={"c": 1})
-    metadata = {**generate_metadata(), "big": "x" * (8 * MIB)}
+    # Stored twice (plain BSON would give the int64 back as ``bson.Int64``): over 15 MiB.
+    metadata = {**generate_metadata(), "big": "x" * (8 * MIB), "wide": 2**40}
     async with untouched(api):  # in particular: no value document left behind
         with pytest.raises(ValueError, match=re.escape("15 MiB")):
             await api.put(generate_config("t"), checkpoint, metadata, {"c": 1})

@@ -323,9 +323,10 @@ def test_verification_reports_differences(
 
 
 BIG = "small-1-big"  # sorts between small-1 and small-2: threads on both sides migrate
-# Valid for langgraph-checkpoint-mongodb (one copy, under 16 MiB); mongo-ckpt stores
-# metadata twice, over its 15 MiB checkpoint-document limit.
-BIG_METADATA = {"note": "x" * (8 * 2**20)}
+# Valid for langgraph-checkpoint-mongodb (one copy, under 16 MiB); mongo-ckpt stores this
+# metadata twice (plain BSON would give the int64 back as ``bson.Int64``), over its 15 MiB
+# checkpoint-document limit.
+BIG_METADATA = {"note": "x" * (8 * 2**20), "wide": 2**40}
 
 
 def write_big_thread(official: OfficialSaver) -> None:

@@ -1,10 +1,11 @@
 """A rolling upgrade never truncates a conversation (DESIGN.md §2, "Old readers are not fed
 what they misread").
 
-The previous release (layout version 3, from this repository's history) runs as a separate
-process beside the current one on one thread; each answers from the conversation it reads.
-The current release writes what version 3 reads until the upgrade step records version 4;
-then it writes list deltas, and the previous release refuses to start.
+A previous release (layout version 3 or 4, from this repository's history) runs as a
+separate process beside the current one on one thread; each answers from the conversation
+it reads. The current release writes what the recorded version reads until the upgrade step
+records the current one; then it writes list deltas (after version 3) and slim checkpoint
+documents (after versions 3 and 4), and the previous release refuses to start.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from click.testing import CliRunner
 from mongo_ckpt import MongoDBSaver, memory
 from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import Layout
-from mongo_ckpt.schema import read_version, saver_key
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, read_version, saver_key
 from tests.backends import sync_client, uri_for
 from tests.rolling_release import chat_graph, turn
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "rolling_release.py"
 GIT = shutil.which("git")
-BLOBS = Layout().blobs
+BLOBS, CHECKPOINTS = Layout().blobs, Layout().checkpoints
 DELTAS = {"base": {"$exists": True}}  # value documents stored as list deltas
+# Checkpoint documents of layout version 5: the metadata once.
+SLIM = {"metadata_typed": {"$exists": False}}
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -42,19 +45,20 @@ def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([GIT, "-C", str(ROOT), *args], capture_output=True)
 
 
-def previous_release() -> str | None:
-    """The newest commit of ``HEAD``'s history whose saver is at layout version 3 and has
-    no list deltas (no ``mongo_ckpt/listdelta.py``); ``None`` without git or that commit."""
+def previous_release(version: int) -> str | None:
+    """The newest commit of ``HEAD``'s history whose saver is at layout ``version`` (for
+    version 3: one without list deltas, no ``mongo_ckpt/listdelta.py``); ``None`` without
+    git or that commit."""
     if GIT is None:
         return None
     listed = _git("rev-list", "--topo-order", "HEAD")
     revs = listed.stdout.decode().split() if listed.returncode == 0 else []
     for start in range(0, len(revs), 100):
         chunk = revs[start : start + 100]
-        at_3 = _having(chunk, "^SAVER_SCHEMA_VERSION = 3$", "mongo_ckpt/schema.py")
-        with_deltas = _having(chunk, "^", "mongo_ckpt/listdelta.py")
+        at = _having(chunk, f"^SAVER_SCHEMA_VERSION = {version}$", "mongo_ckpt/schema.py")
+        with_deltas = _having(chunk, "^", "mongo_ckpt/listdelta.py") if version == 3 else set()
         for rev in chunk:
-            if rev in at_3 and rev not in with_deltas:
+            if rev in at and rev not in with_deltas:
                 return rev
     return None
 
@@ -65,23 +69,24 @@ def _having(revs: list[str], pattern: str, path: str) -> set[str]:
     return {line.split(":", 1)[0] for line in found.splitlines()}
 
 
-@pytest.fixture(scope="module")
-def release_3(tmp_path_factory: Any) -> Path:
-    """The previous release's source, laid out as installed (``store/`` as
-    ``mongo_ckpt/store``)."""
-    rev = previous_release()
+@pytest.fixture(scope="module", params=[3, 4])
+def release(request: Any, tmp_path_factory: Any) -> tuple[int, Path]:
+    """A previous release's layout version and source, laid out as installed (``store/``
+    as ``mongo_ckpt/store``)."""
+    version = request.param
+    rev = previous_release(version)
     if rev is None:
-        pytest.skip("needs git and the repository's history (the layout-3 release commit)")
-    root = tmp_path_factory.mktemp("release3")
+        pytest.skip(f"needs git and the repository's history (the layout-{version} release)")
+    root = tmp_path_factory.mktemp(f"release{version}")
     archive = _git("archive", rev, "mongo_ckpt", "store")
     assert archive.returncode == 0, archive.stderr
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     (root / "store").rename(root / "mongo_ckpt" / "store")
     print(f"previous release: commit {rev[:12]}")
-    return root
+    return version, root
 
 
-class Release3:
+class OldRelease:
     """A running process of the previous release (``tests/rolling_release.py``)."""
 
     def __init__(self, tree: Path, uri: str, db_name: str, direct: bool) -> None:
@@ -136,17 +141,18 @@ def database(request: Any) -> Iterator[tuple[str, Any, str, bool]]:
 
 
 def test_previous_release_and_this_one_share_a_thread_then_upgrade(
-    release_3: Path, database: tuple[str, Any, str, bool], monkeypatch: Any
+    release: tuple[int, Path], database: tuple[str, Any, str, bool], monkeypatch: Any
 ) -> None:
+    version, tree = release
     uri, client, db_name, direct = database
-    old = Release3(release_3, uri, db_name, direct)
+    old = OldRelease(tree, uri, db_name, direct)
     try:
-        assert old.started["ready"] == 3, old.started
-        assert old.started["module"].startswith(str(release_3))
-        # The new release starts on the database the old one set up: it keeps version 3.
+        assert old.started["ready"] == version, old.started
+        assert old.started["module"].startswith(str(tree))
+        # The new release starts on the database the old one set up: it keeps its version.
         saver = MongoDBSaver(client, db_name)
         saver.setup()
-        assert read_version(client[db_name], saver_key("checkpoints")) == 3
+        assert read_version(client[db_name], saver_key("checkpoints")) == version
         graph = chat_graph(saver)
         held = 0
         sides = ["old", "new", "new", "old", "new", "old", "new", "old"]
@@ -159,15 +165,18 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
             )
             assert answer == {"read": held, "reply": f"seen {held + 1}", "stored": held + 2}
             held += 2
-        assert client[db_name][BLOBS].count_documents(DELTAS) == 0
+        if version == 3:
+            assert client[db_name][BLOBS].count_documents(DELTAS) == 0
+        assert client[db_name][CHECKPOINTS].count_documents(SLIM) == 0
     finally:
         old.stop()
 
-    # Every process runs the new release: the upgrade step records version 4.
+    # Every process runs the new release: the upgrade step records the current version.
     result = CliRunner().invoke(cli, ["upgrade", "--db", db_name], obj=CliState(client=client))
     assert result.exit_code == 0, result.output
     print(f"mongo-ckpt upgrade: {result.output.strip()}")
-    assert result.output.strip() == f"{db_name}: layout version 3 -> version 4"
+    assert SAVER_SCHEMA_VERSION == 5
+    assert result.output.strip() == f"{db_name}: layout version {version} -> version 5"
     # The running saver reads the version again within a minute, without a restart.
     real = time.monotonic
     monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
@@ -178,14 +187,15 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
         assert answer == {"read": held, "reply": f"seen {held + 1}", "stored": held + 2}
         held += 2
     deltas = client[db_name][BLOBS].count_documents(DELTAS)
-    print(f"list deltas stored after the upgrade: {deltas}")
-    assert deltas > 0
+    slim = client[db_name][CHECKPOINTS].count_documents(SLIM)
+    print(f"stored after the upgrade: {deltas} list deltas, {slim} slim checkpoint documents")
+    assert deltas > 0 and slim == 6  # two turns, three checkpoints each
     reopened = chat_graph(MongoDBSaver(client, db_name))
     assert len(reopened.get_state({"configurable": {"thread_id": "t"}}).values["messages"]) == held
 
-    late = Release3(release_3, uri, db_name, direct)
+    late = OldRelease(tree, uri, db_name, direct)
     late.stop()
     print(f"previous release started after the upgrade: {late.started['refused']}: "
           f"{late.started['message']}")
     assert late.started["refused"] == "SchemaTooNewError"
-    assert "layout version 4" in late.started["message"]
+    assert "layout version 5" in late.started["message"]

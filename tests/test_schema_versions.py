@@ -173,6 +173,46 @@ async def check_layout_3_keeps_whole_values_until_the_upgrade_step(
     assert len(await chat(run.reopened(), "nine")) == 18
 
 
+async def check_layout_4_keeps_its_documents_until_the_upgrade_step(
+    run: Api, monkeypatch: Any
+) -> None:
+    key = saver_key("checkpoints")
+    await set_version(run.saver, key, 4)  # as the previous release records it
+    running = run.reopened()
+    await running.setup()
+    assert (await schema_doc(run.saver, key))["version"] == 4
+    await chat(running, "one", "two")
+    slim = {"metadata_typed": {"$exists": False}}
+    # What version 4 reads: the metadata twice.
+    assert await count(run, CHECKPOINTS, slim) == 0
+    version_4 = await count(run, CHECKPOINTS, {})
+    await run.reopened().upgrade()
+    assert (await schema_doc(run.saver, key))["version"] == SAVER_SCHEMA_VERSION
+    # Within the minute the running saver still writes version 4 documents.
+    await chat(running, "three")
+    assert await count(run, CHECKPOINTS, slim) == 0
+    # A minute on, it reads the version again and writes slim documents: the metadata
+    # (plain BSON reads it back exactly) once.
+    real = time.monotonic
+    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
+    await chat(running, "four")
+    assert await count(run, CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == version_4 + 3
+    assert await count(run, CHECKPOINTS, slim) == 3
+    # Both layouts read back, whole history included.
+    messages = await chat(run.reopened(), "five")
+    assert len(messages) == 10 and contents(messages)[-1] == ("ai", "#9: five")
+    history = await run.history(run.compile(chat_builder()), thread("t"))
+    assert [len(s.values.get("messages", [])) for s in history] == [
+        n for turn in range(5, 0, -1) for n in (2 * turn, 2 * turn - 1, 2 * turn - 2)
+    ]
+
+
+async def test_layout_4_keeps_its_documents_until_the_upgrade_step(
+    api: Api, monkeypatch: Any
+) -> None:
+    await check_layout_4_keeps_its_documents_until_the_upgrade_step(api, monkeypatch)
+
+
 async def test_layout_3_keeps_whole_values_until_the_upgrade_step(
     api: Api, monkeypatch: Any
 ) -> None:

@@ -1,0 +1,37 @@
+"""How a checkpoint document's own fields read back, in either layout (4, or the slim
+documents of version 5 that ``documents.checkpoint_document`` writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+
+def stored_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Checkpoint:
+    """The checkpoint of checkpoint document ``doc`` (either layout), with the channel
+    values it holds inline; the others are the reader's to add."""
+    checkpoint: Checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
+    checkpoint.setdefault("id", doc["checkpoint_id"])  # a slim document keeps it once
+    checkpoint["channel_values"] = inline_values(serde, doc)
+    return checkpoint
+
+
+def inline_values(serde: SerializerProtocol, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The channel values checkpoint document ``doc`` holds itself (slim documents)."""
+    return {entry["channel"]: serde.loads_typed(_typed(entry)) for entry in doc.get("inline", ())}
+
+
+def stored_metadata(serde: SerializerProtocol, doc: Mapping[str, Any]) -> CheckpointMetadata:
+    """The metadata of checkpoint document ``doc``: the serialized copy, or the plain one
+    when that reads back exactly (a slim document then keeps only it)."""
+    if "metadata_typed" in doc:
+        metadata: CheckpointMetadata = serde.loads_typed(_typed(doc["metadata_typed"]))
+        return metadata
+    return cast(CheckpointMetadata, dict(doc["metadata"]))
+
+
+def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
+    return field["type"], bytes(field["data"])

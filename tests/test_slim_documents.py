@@ -1,0 +1,241 @@
+"""Slim checkpoint documents (layout version 5): values without data held inline, the
+metadata once when its plain copy reads back exactly, optional fields only when set, the
+checkpoint id once.
+
+Every rule is checked where it matters: what reads back, and every other reader of
+checkpoint documents (``copy_thread``, ``prune``, ``delete_thread``, the DeltaChannel
+history walk) understands them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import bson
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
+from typing_extensions import TypedDict
+
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.snapshots import stored_channels
+from tests.saver_support import Api
+
+VALUES = {"count": 7, "word": "short", "items": [1, 2]}
+
+
+def _checkpoint(values: dict[str, Any], version: str = "1") -> Any:
+    return generate_checkpoint(
+        channel_values=values, channel_versions=dict.fromkeys(values, version)
+    )
+
+
+async def _put(api: Api, thread_id: str, values: dict[str, Any], **metadata: Any) -> Any:
+    checkpoint = _checkpoint(values)
+    return await api.put(
+        generate_config(thread_id), checkpoint, metadata, checkpoint["channel_versions"]
+    )
+
+
+async def _document(api: Api, config: Any) -> dict[str, Any]:
+    (doc,) = await api.docs(CHECKPOINTS, dict(config["configurable"]))
+    return doc
+
+
+async def test_the_checkpoint_reads_back_with_its_id(api: Api) -> None:
+    config = await _put(api, "t", VALUES)
+    doc = await _document(api, config)
+    # The serialized checkpoint leaves its id to the document's ``checkpoint_id``.
+    assert doc["checkpoint_id"].encode() not in bytes(doc["checkpoint"]["data"])
+    loaded = await api.get_tuple(config)
+    assert loaded.checkpoint["id"] == doc["checkpoint_id"]
+    assert loaded.checkpoint["channel_values"] == VALUES
+    (listed,) = await api.list(generate_config("t"))
+    assert listed.checkpoint == loaded.checkpoint
+
+
+async def test_values_without_data_are_held_inline_and_read_back(api: Api) -> None:
+    config = await _put(api, "t", {**VALUES, "branch:to:node": None, "empty": None})
+    doc = await _document(api, config)
+    assert [(e["channel"], e["type"], bytes(e["data"])) for e in doc["inline"]] == [
+        ("branch:to:node", "null", b""),
+        ("empty", "null", b""),
+    ]
+    assert {v["channel"] for v in doc["values"]} == set(VALUES)
+    assert {d["channel"] for d in await api.docs(BLOBS)} == set(VALUES)
+    assert stored_channels(doc) == {*VALUES, "branch:to:node", "empty"}
+    expected = {**VALUES, "branch:to:node": None, "empty": None}
+    assert (await api.get_tuple(config)).checkpoint["channel_values"] == expected
+    (listed,) = await api.list(generate_config("t"))
+    assert listed.checkpoint["channel_values"] == expected
+
+
+async def test_optional_fields_are_written_only_when_set(api: Api) -> None:
+    doc = await _document(api, await _put(api, "t", VALUES))
+    assert {"inline", "replay", "run_id", "metadata_typed"}.isdisjoint(doc)
+    doc = await _document(api, await _put(api, "u", VALUES, run_id="r1"))
+    assert doc["run_id"] == "r1"
+    assert [t.config for t in await api.list(None, filter={"run_id": "r1"})] == [
+        (await api.get_tuple(generate_config("u"))).config
+    ]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"source": "loop", "step": 3, "parents": {}, "tags": ["a", "b"], "score": 0.5},
+        {"source": "input", "step": -1, "flags": [True, False, None], "nested": {"k": {}}},
+        # The serializer gives a tuple back as a list, as BSON does.
+        {"source": "loop", "step": 2, "counters": {"messages": (1, 2)}},
+    ],
+)
+async def test_metadata_that_reads_back_exactly_is_stored_once(
+    api: Api, metadata: dict[str, Any]
+) -> None:
+    config = await _put(api, "t", {"count": 1}, **metadata)
+    doc = await _document(api, config)
+    assert "metadata_typed" not in doc
+    loaded = (await api.get_tuple(config)).metadata
+    expected = api.saver.serde.loads_typed(api.saver.serde.dumps_typed(metadata))
+    assert loaded == expected
+    assert repr(loaded) == repr(expected)  # the same types, down to the leaves
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"big": 2**40},  # an int64: BSON gives ``bson.Int64`` back
+        {"when": datetime(2026, 1, 2, tzinfo=timezone.utc)},  # no plain copy
+        {"odd": {"$key": 1}},  # a key the plain copy cannot hold
+    ],
+)
+async def test_metadata_that_plain_bson_would_change_keeps_its_serialized_copy(
+    api: Api, extra: dict[str, Any]
+) -> None:
+    metadata = {"source": "loop", "step": 1, **extra}
+    config = await _put(api, "t", {"count": 1}, **metadata)
+    assert "metadata_typed" in await _document(api, config)
+    loaded = (await api.get_tuple(config)).metadata
+    expected = api.saver.serde.loads_typed(api.saver.serde.dumps_typed(metadata))
+    assert loaded == expected
+    assert repr(loaded) == repr(expected)
+
+
+async def test_a_rewritten_checkpoint_keeps_nothing_of_the_earlier_document(api: Api) -> None:
+    parent = generate_config("t")
+    checkpoint = _checkpoint(VALUES)
+    versions = checkpoint["channel_versions"]
+    await api.put(parent, checkpoint, {"when": datetime(2026, 1, 2), "run_id": "r"}, versions)
+    # The same checkpoint again, its metadata plain now.
+    config = await api.put(parent, checkpoint, {"step": 2}, versions)
+    doc = await _document(api, config)
+    assert {"metadata_typed", "run_id"}.isdisjoint(doc)
+    assert (await api.get_tuple(config)).metadata == {"step": 2}
+    # A value inline, then stored: the rewrite keeps no inline entry, and the reverse.
+    none = {**checkpoint, "channel_values": {**VALUES, "count": None}}
+    config = await api.put(parent, none, {"step": 3}, versions)
+    assert [e["channel"] for e in (await _document(api, config))["inline"]] == ["count"]
+    assert (await api.get_tuple(config)).checkpoint["channel_values"]["count"] is None
+    config = await api.put(parent, checkpoint, {"step": 4}, versions)
+    assert "inline" not in await _document(api, config)
+    assert (await api.get_tuple(config)).checkpoint["channel_values"] == VALUES
+
+
+async def test_slim_documents_are_copied_kept_by_prune_and_deleted_with_the_thread(
+    api: Api,
+) -> None:
+    first = await _put(api, "t", VALUES, source="input", step=-1)
+    second = _checkpoint({**VALUES, "count": 8, "flag": None}, "2")
+    second["channel_versions"].update(word="1", items="1")  # unchanged
+    new = {"count": "2", "flag": "2"}
+    latest = await api.put(first, second, {"source": "loop", "step": 0}, new)
+    assert await api.count(CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == 0
+    assert await api.count(CHECKPOINTS, {"inline.channel": "flag"}) == 1
+    latest_values = {**VALUES, "count": 8, "flag": None}
+
+    await api.copy_thread("t", "copy")
+    copied = {**latest["configurable"], "thread_id": "copy"}
+    loaded = await api.get_tuple({"configurable": copied})
+    assert loaded.checkpoint["channel_values"] == latest_values
+    assert loaded.metadata == {"source": "loop", "step": 0}
+
+    await api.prune(["t"])
+    (kept,) = await api.list(generate_config("t"))
+    assert kept.checkpoint["channel_values"] == latest_values
+    assert kept.metadata == {"source": "loop", "step": 0}
+    assert len(await api.list(generate_config("copy"))) == 2
+
+    await api.delete_thread("copy")
+    assert await api.docs(CHECKPOINTS, {"thread_id": "copy"}) == []
+    assert await api.docs(BLOBS, {"thread_id": "copy"}) == []
+
+
+_MESSAGES = DeltaChannel(_messages_delta_reducer, snapshot_frequency=3)
+
+
+class DeltaState(TypedDict):
+    messages: Annotated[list, _MESSAGES]
+    turns: int
+
+
+def _delta_graph(checkpointer: Any) -> Any:
+    """A chat on a DeltaChannel beside a plain channel and the branch to the reply (its
+    ``None`` inline): the messages rebuilt from history through slim documents
+    (``replay`` only where a DeltaChannel has no stored value)."""
+
+    def reply(state: dict[str, Any]) -> dict[str, Any]:
+        seen = len(state["messages"])
+        return {"messages": [AIMessage(f"seen {seen}", id=f"ai-{seen}")], "turns": seen // 2 + 1}
+
+    builder = StateGraph(DeltaState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+async def test_delta_channel_history_through_slim_documents(api: Api) -> None:
+    ours, reference = _delta_graph(api.saver), _delta_graph(InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    for turn in range(7):
+        update = {"messages": [HumanMessage(f"turn {turn}", id=f"h-{turn}")]}
+        await api.invoke(ours, update, config)
+        reference.invoke(update, config)
+    docs = await api.docs(CHECKPOINTS)
+    assert not [d for d in docs if "metadata_typed" in d]
+    stored = {d["checkpoint_id"] for d in docs if "messages" in {v["channel"] for v in d["values"]}}
+    replayed = {d["checkpoint_id"] for d in docs if "replay" in d}
+    assert stored and replayed and not stored & replayed
+    assert await api.count(CHECKPOINTS, {"inline.channel": "branch:to:reply"}) == 7
+    assert await api.count(BLOBS, {"channel": "branch:to:reply"}) == 0
+
+    history = await api.history(ours, config)
+    expected = list(reference.get_state_history(config))
+    assert [s.values for s in history] == [s.values for s in expected]
+    assert [s.next for s in history] == [s.next for s in expected]
+
+
+async def test_a_slim_document_is_smaller(api: Api) -> None:
+    """The same checkpoint on a database still at layout version 4 and on version 5."""
+    old = api.reopened(db_name=f"{api.saver.db.name}_v4")
+    try:
+        await old.setup()
+        old.saver.memory.note_layout(True, False)  # as a database at version 4
+        sizes = {}
+        for side in (old, api):
+            config = await _put(side, "t", VALUES, source="loop", step=1, parents={})
+            sizes[side is api] = len(bson.encode(await _document(side, config)))
+            loaded = await side.get_tuple(config)
+            assert loaded.checkpoint["channel_values"] == VALUES
+            assert loaded.metadata == {"source": "loop", "step": 1, "parents": {}}
+        assert sizes[True] < sizes[False] - 100
+    finally:
+        await old.drop_database()
