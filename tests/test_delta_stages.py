@@ -173,7 +173,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
             **links(4),
             "end": ROOT,
             # The version of each seed value found: "m" at c1.
-            "seeds": [{"channel": "m", "version": "1"}],
+            "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
         },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
@@ -189,7 +189,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         "unseeded": False,
         **links(3),
         "end": C1,
-        "seeds": [{"channel": "m", "version": "1"}],
+        "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
     }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
@@ -285,7 +285,7 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
         "unseeded": True,
         **links(4),
         "end": ROOT,
-        "seeds": [{"channel": "m", "version": "1"}],
+        "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
         "w": None,
         "b": None,
     }
@@ -366,18 +366,18 @@ def test_state_loads_walk_only_to_the_farthest_seed(saver: MongoDBSaver) -> None
     loads = 0
     for t in list(saver.list(thread("long"))):
         checkpoint_id = t.config["configurable"]["checkpoint_id"]
-        walks.max_depths.clear()
+        walks.clear()
         state = graph.get_state(t.config)
         assert message_summary(state.values.get(CHANNEL, [])) == message_summary(
             reference.get_state(t.config).values.get(CHANNEL, [])
         )
-        if not walks.max_depths:
+        if not walks.ranges:
             continue  # the checkpoint stores a snapshot: nothing to replay
         loads += 1
-        [depth] = walks.max_depths
-        distance = distances[checkpoint_id]
-        assert depth <= distance, checkpoint_id
-        assert visited(saver, "long", checkpoint_id, depth) <= distance + 1, checkpoint_id
+        # A linear thread: one range read, which stands for the walk.
+        assert walks.max_depths == [], checkpoint_id
+        [read] = walks.range_reads()
+        assert read <= distances[checkpoint_id] + 1, checkpoint_id
     assert loads > 40
     # Without the bound, the latest checkpoint's walk reads the whole thread.
     latest = saver.get_tuple(thread("long")).config["configurable"]["checkpoint_id"]
@@ -392,7 +392,8 @@ async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
     walks = HistoryWalks(asaver)
     history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])
     steps = latest.metadata["counters_since_delta_snapshot"][CHANNEL][1]
-    assert walks.max_depths == [steps - 1]
+    # One range read of the target and its ``steps`` nearest ancestors, down to the seed.
+    assert (walks.max_depths, [r[2] for r in walks.ranges]) == ([], [{"$limit": steps + 1}])
     expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
     assert history == expected
 
@@ -422,15 +423,15 @@ def _put_chain(saver: MongoDBSaver, claimed: list[int | None]) -> list[dict[str,
 
 
 @pytest.mark.parametrize(
-    ("claimed", "depths"),
+    ("claimed", "limits", "depths"),
     [
-        ([1, 2, 3], [2]),  # LangGraph's counters: one walk, as deep as the seed
-        ([1, 2, None], [MAX_DEPTH]),  # no counters: LangGraph's bound
-        ([1, 2, 1], [0, MAX_DEPTH]),  # understated: the cut walk is done again in full
+        ([1, 2, 3], [4], []),  # LangGraph's counters: one range read, down to the seed
+        ([1, 2, None], [], [MAX_DEPTH]),  # no counters (nor seed known): LangGraph's bound
+        ([1, 2, 1], [2], [MAX_DEPTH]),  # understated: the range stops short, a full walk
     ],
 )
 async def test_history_is_right_whatever_the_counters(
-    saver: MongoDBSaver, claimed: list[int | None], depths: list[int]
+    saver: MongoDBSaver, claimed: list[int | None], limits: list[int], depths: list[int]
 ) -> None:
     configs = _put_chain(saver, claimed)
     target = saver.get_tuple(configs[-1])  # a read notes the counters, as LangGraph's loads do
@@ -438,8 +439,8 @@ async def test_history_is_right_whatever_the_counters(
     walks = HistoryWalks(saver)
     calls = count_calls(saver.collections)
     history = saver.get_delta_channel_history(config=configs[-1], channels=[CHANNEL])
-    assert walks.max_depths == depths
-    assert sum(calls.values()) == len(depths)
+    assert ([r[2]["$limit"] for r in walks.ranges], walks.max_depths) == (limits, depths)
+    assert sum(calls.values()) == len(limits) + len(depths)
     assert history == {
         CHANNEL: {
             "seed": ["seed"],
