@@ -25,7 +25,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.calls import Document
 from mongo_ckpt.errors import MongoCkptError
-from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINTS,
+    JOIN_SEP,
+    NOT_PENDING,
+    PENDING,
+    WRITE_KEY,
+    WRITES,
+)
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 from mongo_ckpt.reading import MissingValueError
@@ -126,10 +135,10 @@ def range_chain_stages(
 ) -> list[Stage]:
     """Emits ``{"start", "chain"}`` as ``chain_stages`` does, from the newest ``limit``
     checkpoints of the thread and namespace with ids at most ``checkpoint_id`` (and at
-    least ``floor``), read on the ``checkpoint_key`` index: the first must be the target
-    (else nothing is emitted), the others are the chain, ``depth`` their place in id
-    order. Numbered by ``$unwind``'s ``includeArrayIndex`` (not every backend has
-    ``$setWindowFields`` or ``$range``)."""
+    least ``floor``), read on the ``checkpoint_key`` index: the first must be the target,
+    not pending (else nothing is emitted, as ``target_stages`` finds none), the others are
+    the chain, ``depth`` their place in id order. Numbered by ``$unwind``'s
+    ``includeArrayIndex`` (not every backend has ``$setWindowFields`` or ``$range``)."""
     ids: dict[str, str] = {"$lte": checkpoint_id}
     if floor is not None:
         ids["$gte"] = floor
@@ -137,6 +146,7 @@ def range_chain_stages(
         "id": "$checkpoint_id",
         "parent": {"$ifNull": ["$parent_checkpoint_id", None]},
         "stored": {"$ifNull": ["$values", []]},
+        PENDING: {"$ifNull": [f"${PENDING}", False]},
     }
     numbered = {
         "id": "$e.id",
@@ -155,11 +165,12 @@ def range_chain_stages(
             "$group": {
                 "_id": None,
                 "target": {"$first": "$e.id"},
+                PENDING: {"$first": f"$e.{PENDING}"},
                 "start": {"$first": "$e.parent"},
                 "chain": {"$push": numbered},
             }
         },
-        {"$match": {"target": checkpoint_id}},
+        {"$match": {"target": checkpoint_id, **NOT_PENDING}},
         {"$addFields": {"chain": {"$filter": {"input": "$chain", "as": "a", "cond": is_ancestor}}}},
     ]
 

@@ -23,13 +23,25 @@ from mongo_ckpt.delta import (
     chain_stages,
     history_pipeline,
     missing_ancestor,
+    on_chain,
     own_part_stages,
     part_lookup_stages,
+    range_chain_stages,
+    range_history_pipeline,
+    range_limit,
     seed_depth_stages,
     target_stages,
     work_item_stages,
 )
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, JOIN_SEP, WRITES, blob_join, write_join
+from mongo_ckpt.layout import (
+    BLOBS,
+    CHECKPOINTS,
+    JOIN_SEP,
+    PENDING,
+    WRITES,
+    blob_join,
+    write_join,
+)
 from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.snapshot_distance import (
     MAX_DEPTH,
@@ -43,6 +55,7 @@ from tests.perf.conversation import DELTA, chat_graph, converse
 from tests.saver_support import Api
 
 NAMES = {CHECKPOINTS: "cp", BLOBS: "blobs", WRITES: "writes"}
+PENDING_SET = {"$set": {PENDING: True}}
 T, NS = "t", ""
 # A thread c0 <- c1 <- c2 <- c3 <- c4: "m" is stored at c1 (version 1), "n" nowhere, and
 # every checkpoint has one write to "m" and one to "n". Thread "u" is a copy of c0..c2
@@ -325,6 +338,76 @@ def test_snapshot_distances_keep_the_latest_entries() -> None:
     assert memory.walk_depth(keys[2], ["a"]) == MAX_DEPTH  # re-read without counters
     memory.forget(["t"])
     assert memory.walk_depth(keys[1], ["a"]) == MAX_DEPTH
+
+
+def test_seed_floors_follow_the_newest_history_read() -> None:
+    memory = CheckpointMemory()
+    memory.found_seeds(("t", "", "c5"), {"a": "c3", "b": "c1"})
+    assert memory.seed_floor(("t", "", "c6"), ["a", "b"]) == "c1"  # the oldest of the two
+    assert memory.seed_floor(("t", "", "c6"), ["a"]) == "c3"
+    assert memory.seed_floor(("t", "", "c6"), ["a", "x"]) is None  # "x" never read
+    assert memory.seed_floor(("t", "", "c4"), ["a"]) is None  # older than the read's target
+    assert memory.seed_floor(("t", "ns", "c6"), ["a"]) is None  # another namespace
+    memory.found_seeds(("t", "", "c2"), {"a": "c0"})  # an older target: kept as it was
+    memory.found_seeds(("t", "", "c5"), {"x": "c4"})  # the same target: merged
+    assert memory.seed_floor(("t", "", "c6"), ["a", "x"]) == "c3"
+    memory.found_seeds(("t", "", "c7"), {"a": "c6"})  # a newer target: replaces
+    assert memory.seed_floor(("t", "", "c8"), ["a"]) == "c6"
+    assert memory.seed_floor(("t", "", "c8"), ["b"]) is None
+    memory.forget(["t"])
+    assert memory.seed_floor(("t", "", "c8"), ["a"]) is None
+
+
+def test_range_limits() -> None:
+    assert range_limit(MAX_DEPTH, None) is None  # nothing bounds the range: walk
+    assert range_limit(MAX_DEPTH, "c1") == MAX_DEPTH + 2  # the walk's bound, target included
+    assert range_limit(3, None) == 5  # the target and depths 0..3
+    assert range_limit(3, "c1") == 10  # as many places again for a fork's siblings
+
+
+def test_range_chain_stages_number_the_range_below_the_target(db: Any) -> None:
+    stages = range_chain_stages(T, NS, "c3", None, 3)
+    [doc] = run(db, stages)
+    assert (doc["target"], doc["start"]) == ("c3", "c2")
+    assert [(e["id"], e["depth"], e["parent"]) for e in doc["chain"]] == [
+        ("c2", 0, "c1"),
+        ("c1", 1, "c0"),
+    ]
+    assert doc["chain"][1]["stored"] == [{"channel": "m", "version": "1"}]
+    [floored] = run(db, range_chain_stages(T, NS, "c3", "c2", 9))
+    assert [e["id"] for e in floored["chain"]] == ["c2"]
+    assert run(db, range_chain_stages(T, NS, "c9", None, 3)) == []  # no target stored
+    db[NAMES[CHECKPOINTS]].update_one({"thread_id": T, "checkpoint_id": "c4"}, PENDING_SET)
+    assert run(db, range_chain_stages(T, NS, "c4", None, 3)) == []  # nor a pending one
+    # The whole pipeline equals the walk's on a linear thread.
+    channels = ["m", "n"]
+    ranged = run(db, range_history_pipeline(NAMES, T, NS, "c3", channels, None, 9))
+    target = {"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c3"}
+    walked = run(db, history_pipeline(NAMES, target, T, NS, channels))
+    assert sorted(map(repr, on_chain(ranged, channels) or [])) == sorted(map(repr, walked))
+
+
+def test_on_chain_skips_siblings_and_refuses_what_it_cannot_stand_for() -> None:
+    # Range below c6 (newest first): c5 <- c1 is the chain, c4 and c3 a sibling branch.
+    def head(seeds: list[str], unseeded: bool = False) -> dict[str, Any]:
+        return {
+            "chain": ["c5", "c4", "c3", "c1"],
+            "parents": ["c1", "c3", "c1", "c0"],
+            "start": "c5",
+            "unseeded": unseeded,
+            "seeds": [{"channel": "m", "version": "1", "id": s} for s in seeds],
+        }
+
+    writes = [{"w": {"checkpoint_id": c}} for c in ("c5", "c4", "c3", "c1")]
+    seed = {"b": {"channel": "m"}}
+    kept = on_chain([head(["c1"]), *writes, seed], ["m"])
+    assert kept is not None
+    assert kept[0]["chain"] == ["c5", "c1"]
+    assert [d["w"]["checkpoint_id"] for d in kept if "w" in d] == ["c5", "c1"]
+    assert kept[-1] == seed
+    assert on_chain([head(["c3"]), *writes], ["m"]) is None  # the sibling stores "m"
+    assert on_chain([head([], True), *writes], ["m"]) is None  # c1's parent c0 not read
+    assert on_chain([], ["m"]) is None  # no target
 
 
 def seed_distances(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
