@@ -92,14 +92,21 @@ def history_walk(saver: BaseCheckpointSaver) -> str:
 
 def fill(client: Any, db_name: str, graph: Any, threads: int) -> None:
     """Store ``threads`` copies of an ``OTHER_TURNS``-turn thread (raw documents, the
-    thread id changed) in every collection of ``db_name``."""
+    thread id changed, in mongo-ckpt's join keys too) in every collection of ``db_name``."""
     for turn in range(OTHER_TURNS):
         run_turn(graph, "other", turn)
     db = client[db_name]
     for name in db.list_collection_names():
         docs = list(db[name].find({"thread_id": "other"}, {"_id": 0}))
         for n in range(1, threads if docs else 0):
-            db[name].insert_many([{**d, "thread_id": f"other-{n}"} for d in docs])
+            db[name].insert_many([_renamed(d, "other", f"other-{n}") for d in docs])
+
+
+def _renamed(doc: dict[str, Any], source: str, target: str) -> dict[str, Any]:
+    renamed = {**doc, "thread_id": target}
+    if isinstance(doc.get("join"), str):  # mongo-ckpt's join keys start with the thread id
+        renamed["join"] = target + doc["join"].removeprefix(source)
+    return renamed
 
 
 def bench(client: Any, name: str, turns: int, other_threads: int) -> tuple[Result, str]:
