@@ -23,7 +23,6 @@ from typing import Any
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from mongo_ckpt.calls import Document
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import (
     BLOB_KEY,
@@ -489,7 +488,9 @@ class MissingHistoryError(MongoCkptError, LookupError):
         self.channels, self.ancestor = list(channels), ancestor
 
 
-def on_chain(docs: Iterable[Mapping[str, Any]], channels: Sequence[str]) -> list[Document] | None:
+def on_chain(
+    docs: Iterable[Mapping[str, Any]], channels: Sequence[str]
+) -> list[Mapping[str, Any]] | None:
     """``range_history_pipeline`` output kept to the target's parent chain, or ``None``
     when the range cannot stand for the walk.
 

@@ -277,21 +277,21 @@ class CheckpointOperations:
         depth = self.memory.walk_depth(key, channels)
         floor = self.memory.seed_floor(key, channels)
         limit = range_limit(depth, floor)
-        history = None
+        docs: Sequence[Mapping[str, Any]] | None = None
         if limit is not None:
             collections = self.layout.by_logical()
             pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
             read = yield from aggregate(CHECKPOINTS, pipeline)
             docs = on_chain(read, channels)
-            if docs is not None:
-                history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
-            elif range_cut_short(read, limit):
+            if docs is None and range_cut_short(read, limit):
                 depth = MAX_DEPTH
-        if history is None:
+        if docs is None:
             # No bound known, or the range did not reach every seed: walk the parents.
             docs, history = yield from self._walked_history(
                 thread_id, checkpoint_ns, checkpoint_id, channels, depth
             )
+        else:
+            history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
         self.memory.found_seeds(key, seed_ids(docs))
         return history
 
