@@ -24,7 +24,16 @@ from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from mongo_ckpt.errors import MongoCkptError
-from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, JOIN_SEP, WRITE_KEY, WRITES
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINTS,
+    JOIN_SEP,
+    NOT_PENDING,
+    PENDING,
+    WRITE_KEY,
+    WRITES,
+)
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
 from mongo_ckpt.reading import MissingValueError
@@ -55,6 +64,44 @@ def history_pipeline(
     return [
         *target_stages(target),
         *chain_stages(collections[CHECKPOINTS], thread_id, checkpoint_ns, max_depth),
+        *_history_stages(collections, thread_id, checkpoint_ns, channels, max_depth),
+    ]
+
+
+def range_history_pipeline(
+    collections: Mapping[str, str],
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    channels: Sequence[str],
+    floor: str | None,
+    limit: int,
+) -> list[Stage]:
+    """``history_pipeline`` with the ancestors read as a range of checkpoint ids.
+
+    The walk is replaced by one indexed read (``range_chain_stages``) of the target and
+    the checkpoints of its thread and namespace just below it: its cost follows the
+    range, not the collection (a server without an index behind ``$graphLookup`` scans
+    the collection at every step). The chain is the range in id order, so on a forked
+    thread it holds the target's siblings too: ``on_chain`` keeps what is on the
+    target's parent chain, or says the range cannot be trusted. Same output as
+    ``history_pipeline``; nothing when the target is not stored.
+    """
+    return [
+        *range_chain_stages(thread_id, checkpoint_ns, checkpoint_id, floor, limit),
+        *_history_stages(collections, thread_id, checkpoint_ns, channels, MAX_DEPTH),
+    ]
+
+
+def _history_stages(
+    collections: Mapping[str, str],
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    max_depth: int,
+) -> list[Stage]:
+    """The stages after the chain: seeds, lookups and the parts found."""
+    return [
         *seed_depth_stages(channels),
         *work_item_stages(thread_id, checkpoint_ns, channels, max_depth),
         *part_lookup_stages(collections),
@@ -62,9 +109,71 @@ def history_pipeline(
     ]
 
 
+def range_limit(depth: int, floor: str | None) -> int | None:
+    """How many checkpoints a range read takes, target included; ``None`` when nothing
+    bounds it (no counters, no floor): then the walk is cheaper than reading the thread.
+
+    ``depth`` is ``snapshot_distance.walk_depth``: the target and ``depth + 1`` ancestors
+    reach the farthest seed on a linear thread. With a ``floor`` (a lower bound of the
+    seeds' ids, ``CheckpointMemory.seed_floor``) the range is bounded by ids, and the
+    limit leaves as many places again for siblings from a fork, so a stale floor never
+    reads more than twice what the walk would.
+    """
+    if depth >= MAX_DEPTH:
+        return None if floor is None else MAX_DEPTH + 2
+    return (depth + 2) * (1 if floor is None else 2)
+
+
 def target_stages(target: Mapping[str, Any]) -> list[Stage]:
     """Emits the target checkpoint document: the newest one matching ``target``."""
     return [{"$match": target}, {"$sort": {"checkpoint_id": -1}}, {"$limit": 1}]
+
+
+def range_chain_stages(
+    thread_id: str, checkpoint_ns: str, checkpoint_id: str, floor: str | None, limit: int
+) -> list[Stage]:
+    """Emits ``{"start", "chain"}`` as ``chain_stages`` does, from the newest ``limit``
+    checkpoints of the thread and namespace with ids at most ``checkpoint_id`` (and at
+    least ``floor``), read on the ``checkpoint_key`` index: the first must be the target,
+    not pending (else nothing is emitted, as ``target_stages`` finds none), the others are
+    the chain, ``depth`` their place in id order. Numbered by ``$unwind``'s
+    ``includeArrayIndex`` (not every backend has ``$setWindowFields`` or ``$range``)."""
+    ids: dict[str, str] = {"$lte": checkpoint_id}
+    if floor is not None:
+        ids["$gte"] = floor
+    entry = {
+        "id": "$checkpoint_id",
+        "parent": {"$ifNull": ["$parent_checkpoint_id", None]},
+        "stored": {"$ifNull": ["$values", []]},
+        "inline": {"$ifNull": ["$inline", []]},
+        PENDING: {"$ifNull": [f"${PENDING}", False]},
+    }
+    numbered = {
+        "id": "$e.id",
+        "depth": {"$subtract": ["$at", 1]},
+        "parent": "$e.parent",
+        "stored": "$e.stored",
+        "inline": "$e.inline",
+    }
+    is_ancestor = {"$gte": ["$$a.depth", 0]}
+    return [
+        {"$match": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": ids}},
+        {"$sort": {"checkpoint_id": -1}},
+        {"$limit": limit},
+        {"$group": {"_id": None, "e": {"$push": entry}}},
+        {"$unwind": {"path": "$e", "includeArrayIndex": "at"}},
+        {
+            "$group": {
+                "_id": None,
+                "target": {"$first": "$e.id"},
+                PENDING: {"$first": f"$e.{PENDING}"},
+                "start": {"$first": "$e.parent"},
+                "chain": {"$push": numbered},
+            }
+        },
+        {"$match": {"target": checkpoint_id, **NOT_PENDING}},
+        {"$addFields": {"chain": {"$filter": {"input": "$chain", "as": "a", "cond": is_ancestor}}}},
+    ]
 
 
 def chain_stages(
@@ -197,13 +306,19 @@ def _at_seed(i: int) -> dict[str, Any]:
 
 
 def _seed_version(i: int, channel: str) -> dict[str, Any]:
-    """``[{"channel", "version", "inline"}]``: the version of channel ``i``'s seed value
-    (the last of its ``values`` entries, after the list-delta bases) or, for a value the
-    checkpoint holds itself, ``inline``: ``[its entry]``; empty when it has no seed."""
+    """``[{"channel", "version", "inline", "id"}]``: the version of channel ``i``'s seed
+    value (the last of its ``values`` entries, after the list-delta bases) or, for a value
+    the checkpoint holds itself, ``inline``: ``[its entry]``, and the seed's checkpoint id;
+    empty when it has no seed."""
     name = {"$literal": channel}
     versions = {"$map": {"input": _stored_entries(name), "as": "v", "in": "$$v.version"}}
     inline = {"$filter": {"input": "$$a.inline", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
-    item = {"channel": name, "version": {"$arrayElemAt": [versions, -1]}, "inline": inline}
+    item = {
+        "channel": name,
+        "version": {"$arrayElemAt": [versions, -1]},
+        "inline": inline,
+        "id": "$$a.id",
+    }
     return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
 
 
@@ -381,6 +496,60 @@ class MissingHistoryError(MongoCkptError, LookupError):
         )
         self.thread_id, self.checkpoint_ns = thread_id, checkpoint_ns
         self.channels, self.ancestor = list(channels), ancestor
+
+
+def on_chain(
+    docs: Iterable[Mapping[str, Any]], channels: Sequence[str]
+) -> list[Mapping[str, Any]] | None:
+    """``range_history_pipeline`` output kept to the target's parent chain, or ``None``
+    when the range cannot stand for the walk.
+
+    The chain is followed from the target's parent by parent pointers over the range
+    (ancestors come in id order; a sibling from a fork is skipped, and so are its
+    writes). The range stands for the walk when every channel's seed (the newest entry
+    of the range storing it) is on the chain, since the writes fetched reach down to it,
+    and, when some channel has none, when the chain reaches the thread's first
+    checkpoint. Otherwise (a sibling stores a channel, the floor or the limit stopped the
+    range above a seed, an ancestor is missing, the target is not stored) the caller
+    walks as before.
+    """
+    docs = list(docs)
+    heads = [d for d in docs if "chain" in d]
+    if len(heads) != 1:
+        return None
+    head = heads[0]
+    ancestors: list[str] = []
+    following = head.get("start")
+    for checkpoint_id, parent in zip(head["chain"], head["parents"]):
+        if checkpoint_id == following:
+            ancestors.append(checkpoint_id)
+            following = parent
+    kept = set(ancestors)
+    seeds = {s["channel"]: s["id"] for s in head.get("seeds", ())}
+    if any(seed not in kept for seed in seeds.values()):
+        return None
+    if len(seeds) < len(set(channels)) and following is not None:
+        return None
+    linear = {**head, "chain": ancestors}
+    writes = [d for d in docs if d.get("w") and d["w"]["checkpoint_id"] in kept]
+    return [linear, *writes, *(d for d in docs if d.get("b"))]
+
+
+def range_cut_short(docs: Iterable[Mapping[str, Any]], limit: int) -> bool:
+    """Whether a range read that ``on_chain`` refused was stopped by its ``limit`` on a
+    linear run of ancestors with a channel still unseeded: LangGraph's counters
+    understated the distance, so the walk that follows must not trust them either."""
+    for head in docs:
+        if "chain" in head and head.get("unseeded"):
+            ids, parents = head["chain"], head["parents"]
+            linked = ids[:1] == [head.get("start")] and parents[:-1] == ids[1:]
+            return linked and len(ids) == limit - 1 and parents[-1:] != [None]
+    return False
+
+
+def seed_ids(docs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Per channel, the id of the seed checkpoint a history read found."""
+    return {s["channel"]: s["id"] for d in docs if "chain" in d for s in d.get("seeds", ())}
 
 
 def walk_cut_short(docs: Iterable[Mapping[str, Any]]) -> bool:

@@ -9,6 +9,9 @@
   from (``listdelta.plan``). These take at most ``cache_bytes`` (``DIGEST_SIZE`` bytes
   per element of each channel's latest value, ``LINK_BYTES`` per link, ``THREAD_BYTES``
   per thread); an evicted thread's next version is written whole.
+- Per thread and namespace (``CACHED_CHECKPOINTS`` of them), the DeltaChannel seeds the
+  history read at its newest target found: their ids bound the next read's range
+  (``delta.range_history_pipeline``) from below.
 - Whether the database's recorded layout allows list deltas, and when to read it again.
 
 One lock guards it all (LangGraph calls a sync saver from several threads, an async one
@@ -101,6 +104,14 @@ class _Seen:
     steps: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Seeds:
+    """The seed checkpoint ids, per channel, of the DeltaChannel history at a target."""
+
+    target_id: str
+    ids: dict[str, str]
+
+
 class CheckpointMemory:
     """Per saver instance: the checkpoints it has seen, the chains it wrote last, and
     whether list deltas are allowed (see the module's docstring)."""
@@ -121,6 +132,7 @@ class CheckpointMemory:
         self._lock = threading.Lock()
         self._heads: _Lru[tuple[str, str], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
         self._seen: _Lru[CheckpointKey, _Seen] = _Lru(checkpoints, lambda _: 1)
+        self._seeds: _Lru[tuple[str, str], _Seeds] = _Lru(checkpoints, lambda _: 1)
 
     # -- the layout version ---------------------------------------------------------
 
@@ -172,6 +184,30 @@ class CheckpointMemory:
             seen = self._seen.get(key)
         return walk_depth(seen.steps if seen else {}, channels)
 
+    def found_seeds(self, key: CheckpointKey, ids: Mapping[str, str]) -> None:
+        """A history read at ``key`` found the seeds ``ids`` (channel -> checkpoint id):
+        kept unless a read at a newer target of the thread is (ids sort by time)."""
+        thread, target_id = key[:2], key[2]
+        with self._lock:
+            known = self._seeds.get(thread)
+            if known is not None and known.target_id > target_id:
+                return
+            merged = known.ids if known is not None and known.target_id == target_id else {}
+            self._seeds.put(thread, _Seeds(target_id, {**merged, **ids}))
+
+    def seed_floor(self, key: CheckpointKey, channels: Sequence[str]) -> str | None:
+        """A lower bound of the seed ids of ``channels`` at ``key``: the oldest seed found at
+        a target ``key`` may descend from (one not newer). On the same branch it holds
+        (a descendant's seed is that seed or newer); from another branch it may be too
+        high, which the read detects. ``None`` unless every channel's seed is known."""
+        with self._lock:
+            known = self._seeds.get(key[:2])
+        if not channels or known is None or known.target_id > key[2]:
+            return None
+        if any(c not in known.ids for c in channels):
+            return None
+        return min(known.ids[c] for c in channels)
+
     # -- the chains written last ----------------------------------------------------
 
     def usable(self, key: CheckpointKey, parent_id: str | None) -> dict[str, Chain]:
@@ -203,6 +239,7 @@ class CheckpointMemory:
         with self._lock:
             self._heads.drop([k for k in self._heads.held() if k[0] in gone])
             self._seen.drop([k for k in self._seen.held() if k[0] in gone])
+            self._seeds.drop([k for k in self._seeds.held() if k[0] in gone])
 
 
 def _key(doc: Mapping[str, Any]) -> CheckpointKey:

@@ -65,6 +65,11 @@ from mongo_ckpt.delta import (
     assemble,
     history_pipeline,
     missing_ancestor,
+    on_chain,
+    range_cut_short,
+    range_history_pipeline,
+    range_limit,
+    seed_ids,
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
@@ -289,10 +294,42 @@ class CheckpointOperations:
         if not channels:
             return {}
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
+        if checkpoint_id is None:
+            _, latest = yield from self._walked_history(thread_id, checkpoint_ns, None, channels)
+            return latest
+        key = (thread_id, checkpoint_ns, checkpoint_id)
+        depth = self.memory.walk_depth(key, channels)
+        floor = self.memory.seed_floor(key, channels)
+        limit = range_limit(depth, floor)
+        docs: Sequence[Mapping[str, Any]] | None = None
+        if limit is not None:
+            collections = self.layout.by_logical()
+            pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
+            read = yield from aggregate(CHECKPOINTS, pipeline)
+            docs = on_chain(read, channels)
+            if docs is None and range_cut_short(read, limit):
+                depth = MAX_DEPTH
+        if docs is None:
+            # No bound known, or the range did not reach every seed: walk the parents.
+            docs, history = yield from self._walked_history(
+                thread_id, checkpoint_ns, checkpoint_id, channels, depth
+            )
+        else:
+            history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
+        self.memory.found_seeds(key, seed_ids(docs))
+        return history
+
+    def _walked_history(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        channels: Sequence[str],
+        depth: int = MAX_DEPTH,
+    ) -> Operation[tuple[list[Document], dict[str, DeltaChannelHistory]]]:
+        """The history by the ``$graphLookup`` walk at most ``depth`` steps deep (deeper
+        when LangGraph's counters understated it), and the walk's output."""
         target = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
-        depth = MAX_DEPTH
-        if checkpoint_id is not None:
-            depth = self.memory.walk_depth((thread_id, checkpoint_ns, checkpoint_id), channels)
 
         def walk(depth: int) -> Calling[list[Document]]:
             collections = self.layout.by_logical()
@@ -317,7 +354,7 @@ class CheckpointOperations:
             missing = found[0].get("parent_checkpoint_id") if found else None
         if missing is not None:
             raise MissingHistoryError(thread_id, checkpoint_ns, unseeded or channels, missing)
-        return history
+        return docs, history
 
     def list(
         self,

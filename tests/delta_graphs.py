@@ -268,12 +268,14 @@ class DefaultWalk:
 
 class HistoryWalks:
     """Wraps a saver's ``checkpoints`` collection (``restore`` unwraps it) and keeps the
-    ``$graphLookup`` ``maxDepth`` of every history pipeline sent to it."""
+    ``$graphLookup`` ``maxDepth`` of every history walk sent to it, and the reading stages
+    (``$match``, ``$sort``, ``$limit``) of every history range read."""
 
     def __init__(self, saver: MongoSaverBase) -> None:
         self.saver = saver
         self.inner = saver.collections[CHECKPOINTS]
         self.max_depths: list[int] = []
+        self.ranges: list[list[dict[str, Any]]] = []
         saver.collections[CHECKPOINTS] = self
 
     def __getattr__(self, attr: str) -> Any:
@@ -283,7 +285,18 @@ class HistoryWalks:
         self.max_depths += [
             stage["$graphLookup"]["maxDepth"] for stage in pipeline if "$graphLookup" in stage
         ]
+        ids = pipeline[0].get("$match", {}).get("checkpoint_id")
+        if isinstance(ids, dict) and "$lte" in ids:  # delta.range_chain_stages
+            self.ranges.append(pipeline[:3])
         return self.inner.aggregate(pipeline, *args, **kwargs)
+
+    def clear(self) -> None:
+        self.max_depths.clear()
+        self.ranges.clear()
+
+    def range_reads(self) -> list[int]:
+        """The checkpoints each range read took (the target included)."""
+        return [len(list(self.inner.aggregate(stages))) for stages in self.ranges]
 
     def restore(self) -> None:
         self.saver.collections[CHECKPOINTS] = self.inner

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 
 from tests.backends import count_calls, total
 from tests.delta_graphs import (
     CHANNEL,
+    DefaultWalk,
     Recorder,
     checkpoint_id,
     is_mock,
@@ -89,3 +91,93 @@ async def test_state_load_round_trips(api: Api) -> None:
             assert ("seed" in history[CHANNEL], writes) == (True, frequency - 1)
         if where == "before any snapshot":
             assert ("seed" in history[CHANNEL], writes) == (False, frequency - 1)
+
+
+# -- a forked thread: siblings inside the range of ids ---------------------------------
+
+# c0 stores the channel; c1 <- c0; the first branch c2 <- c1, c3 <- c2, c4 <- c3; the fork
+# c5 <- c1, c6 <- c5. Ids sort by creation, so the range below c6 holds c2..c4, which are
+# not its ancestors. With ``snapshot_at_c3``, c3 stores the channel too (a nearer stored
+# value in id order that c6 must not see).
+PARENTS = {"c1": "c0", "c2": "c1", "c3": "c2", "c4": "c3", "c5": "c1", "c6": "c5"}
+
+
+async def _put_fork(api: Api, snapshot_at_c3: bool) -> dict[str, RunnableConfig]:
+    configs: dict[str, RunnableConfig] = {}
+    stored = {"c0", "c3"} if snapshot_at_c3 else {"c0"}
+    since: dict[str, int] = {}
+    for n, cid in enumerate(["c0", *PARENTS]):
+        parent = PARENTS.get(cid)
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = cid
+        checkpoint["channel_versions"] = {CHANNEL: str(n + 1)}
+        if cid in stored:
+            checkpoint["channel_values"] = {CHANNEL: [f"seed at {cid}"]}
+            since[cid] = 0
+        else:
+            since[cid] = since[parent] + 1  # type: ignore[index]
+        steps = since[cid]
+        metadata = {"step": n, "counters_since_delta_snapshot": {CHANNEL: (steps, steps)}}
+        config = configs[parent] if parent else thread(THREAD)
+        configs[cid] = await api.put(config, checkpoint, metadata, {CHANNEL: str(n + 1)})
+        await api.put_writes(configs[cid], [(CHANNEL, f"after {cid}")], "t")
+    return configs
+
+
+async def _history(api: Api, config: RunnableConfig) -> tuple[Any, int]:
+    """The saver's history at ``config`` and its round trips; it must be the base class's."""
+    calls = count_calls(api.saver.collections)
+    history = await api.get_delta_channel_history(config=config, channels=[CHANNEL])
+    trips = total(calls)
+    base: Any = BaseCheckpointSaver
+    walk = DefaultWalk(api.saver)
+    if api.is_async:
+        default = await base.aget_delta_channel_history(walk, config=config, channels=[CHANNEL])
+    else:
+        default = base.get_delta_channel_history(walk, config=config, channels=[CHANNEL])
+    assert history == default
+    return history, trips
+
+
+def _expected(*ancestors: str) -> dict[str, Any]:
+    """c6's history: the seed at c0 and the writes of ``ancestors`` (oldest first)."""
+    writes = [("t", CHANNEL, f"after {c}") for c in ancestors]
+    return {CHANNEL: {"seed": ["seed at c0"], "writes": writes}}
+
+
+async def test_fork_siblings_inside_the_range_are_not_history(api: Api) -> None:
+    configs = await _put_fork(api, snapshot_at_c3=False)
+    await api.get_tuple(configs["c6"])  # notes c6's counters: its seed is 3 steps up
+    # The range the counters allow (c6 and 3 checkpoints below) holds siblings c3 and c4:
+    # it does not reach the seed, and the walk follows.
+    history, trips = await _history(api, configs["c6"])
+    assert (history, trips) == (_expected("c0", "c1", "c5"), 2)
+    # Now the seed's id is known: the range down to it holds every sibling, skipped.
+    history, trips = await _history(api, configs["c6"])
+    assert (history, trips) == (_expected("c0", "c1", "c5"), 1)
+
+
+async def test_a_sibling_storing_the_channel_is_not_the_seed(api: Api) -> None:
+    configs = await _put_fork(api, snapshot_at_c3=True)
+    # A seed remembered from the other branch (c3, the seed at c4) is too high for c6:
+    # the range from c3 does not reach c6's seed, and the walk follows.
+    history, trips = await _history(api, configs["c4"])
+    assert history == {CHANNEL: {"seed": ["seed at c3"], "writes": [("t", CHANNEL, "after c3")]}}
+    assert trips == 1
+    history, trips = await _history(api, configs["c6"])
+    assert (history, trips) == (_expected("c0", "c1", "c5"), 2)
+    # c6's seed (c0) is known now, but c3, nearer in id order, stores the channel: refused.
+    history, trips = await _history(api, configs["c6"])
+    assert (history, trips) == (_expected("c0", "c1", "c5"), 2)
+
+
+async def test_linear_history_reads_are_one_round_trip(api: Api) -> None:
+    configs = await _put_fork(api, snapshot_at_c3=False)
+    for cid, ancestors in [("c4", ("c0", "c1", "c2", "c3")), ("c2", ("c0", "c1"))]:
+        await api.get_tuple(configs[cid])  # LangGraph's counters bound the range
+        history, trips = await _history(api, configs[cid])
+        writes = [("t", CHANNEL, f"after {c}") for c in ancestors]
+        assert (history, trips) == ({CHANNEL: {"seed": ["seed at c0"], "writes": writes}}, 1)
+    # The first checkpoint: nothing above it, in one read.
+    history, trips = await _history(api, configs["c0"])
+    assert (history, trips) == ({CHANNEL: {"writes": []}}, 1)

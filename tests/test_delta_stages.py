@@ -23,13 +23,25 @@ from mongo_ckpt.delta import (
     chain_stages,
     history_pipeline,
     missing_ancestor,
+    on_chain,
     own_part_stages,
     part_lookup_stages,
+    range_chain_stages,
+    range_history_pipeline,
+    range_limit,
     seed_depth_stages,
     target_stages,
     work_item_stages,
 )
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, JOIN_SEP, WRITES, blob_join, write_join
+from mongo_ckpt.layout import (
+    BLOBS,
+    CHECKPOINTS,
+    JOIN_SEP,
+    PENDING,
+    WRITES,
+    blob_join,
+    write_join,
+)
 from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.snapshot_distance import (
     MAX_DEPTH,
@@ -43,6 +55,7 @@ from tests.perf.conversation import DELTA, chat_graph, converse
 from tests.saver_support import Api
 
 NAMES = {CHECKPOINTS: "cp", BLOBS: "blobs", WRITES: "writes"}
+PENDING_SET = {"$set": {PENDING: True}}
 T, NS = "t", ""
 # A thread c0 <- c1 <- c2 <- c3 <- c4: "m" is stored at c1 (version 1), "n" nowhere, and
 # every checkpoint has one write to "m" and one to "n". Thread "u" is a copy of c0..c2
@@ -186,7 +199,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
             **links(4),
             "end": ROOT,
             # The version of each seed value found: "m" at c1.
-            "seeds": [{"channel": "m", "version": "1", "inline": []}],
+            "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
         },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
@@ -202,7 +215,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         "unseeded": False,
         **links(3),
         "end": C1,
-        "seeds": [{"channel": "m", "version": "1", "inline": []}],
+        "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
     }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
@@ -298,7 +311,7 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
         "unseeded": True,
         **links(4),
         "end": ROOT,
-        "seeds": [{"channel": "m", "version": "1", "inline": []}],
+        "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
         "w": None,
         "b": None,
     }
@@ -340,6 +353,76 @@ def test_snapshot_distances_keep_the_latest_entries() -> None:
     assert memory.walk_depth(keys[1], ["a"]) == MAX_DEPTH
 
 
+def test_seed_floors_follow_the_newest_history_read() -> None:
+    memory = CheckpointMemory()
+    memory.found_seeds(("t", "", "c5"), {"a": "c3", "b": "c1"})
+    assert memory.seed_floor(("t", "", "c6"), ["a", "b"]) == "c1"  # the oldest of the two
+    assert memory.seed_floor(("t", "", "c6"), ["a"]) == "c3"
+    assert memory.seed_floor(("t", "", "c6"), ["a", "x"]) is None  # "x" never read
+    assert memory.seed_floor(("t", "", "c4"), ["a"]) is None  # older than the read's target
+    assert memory.seed_floor(("t", "ns", "c6"), ["a"]) is None  # another namespace
+    memory.found_seeds(("t", "", "c2"), {"a": "c0"})  # an older target: kept as it was
+    memory.found_seeds(("t", "", "c5"), {"x": "c4"})  # the same target: merged
+    assert memory.seed_floor(("t", "", "c6"), ["a", "x"]) == "c3"
+    memory.found_seeds(("t", "", "c7"), {"a": "c6"})  # a newer target: replaces
+    assert memory.seed_floor(("t", "", "c8"), ["a"]) == "c6"
+    assert memory.seed_floor(("t", "", "c8"), ["b"]) is None
+    memory.forget(["t"])
+    assert memory.seed_floor(("t", "", "c8"), ["a"]) is None
+
+
+def test_range_limits() -> None:
+    assert range_limit(MAX_DEPTH, None) is None  # nothing bounds the range: walk
+    assert range_limit(MAX_DEPTH, "c1") == MAX_DEPTH + 2  # the walk's bound, target included
+    assert range_limit(3, None) == 5  # the target and depths 0..3
+    assert range_limit(3, "c1") == 10  # as many places again for a fork's siblings
+
+
+def test_range_chain_stages_number_the_range_below_the_target(db: Any) -> None:
+    stages = range_chain_stages(T, NS, "c3", None, 3)
+    [doc] = run(db, stages)
+    assert (doc["target"], doc["start"]) == ("c3", "c2")
+    assert [(e["id"], e["depth"], e["parent"]) for e in doc["chain"]] == [
+        ("c2", 0, "c1"),
+        ("c1", 1, "c0"),
+    ]
+    assert doc["chain"][1]["stored"] == [{"channel": "m", "version": "1"}]
+    [floored] = run(db, range_chain_stages(T, NS, "c3", "c2", 9))
+    assert [e["id"] for e in floored["chain"]] == ["c2"]
+    assert run(db, range_chain_stages(T, NS, "c9", None, 3)) == []  # no target stored
+    db[NAMES[CHECKPOINTS]].update_one({"thread_id": T, "checkpoint_id": "c4"}, PENDING_SET)
+    assert run(db, range_chain_stages(T, NS, "c4", None, 3)) == []  # nor a pending one
+    # The whole pipeline equals the walk's on a linear thread.
+    channels = ["m", "n"]
+    ranged = run(db, range_history_pipeline(NAMES, T, NS, "c3", channels, None, 9))
+    target = {"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c3"}
+    walked = run(db, history_pipeline(NAMES, target, T, NS, channels))
+    assert sorted(map(repr, on_chain(ranged, channels) or [])) == sorted(map(repr, walked))
+
+
+def test_on_chain_skips_siblings_and_refuses_what_it_cannot_stand_for() -> None:
+    # Range below c6 (newest first): c5 <- c1 is the chain, c4 and c3 a sibling branch.
+    def head(seeds: list[str], unseeded: bool = False) -> dict[str, Any]:
+        return {
+            "chain": ["c5", "c4", "c3", "c1"],
+            "parents": ["c1", "c3", "c1", "c0"],
+            "start": "c5",
+            "unseeded": unseeded,
+            "seeds": [{"channel": "m", "version": "1", "id": s} for s in seeds],
+        }
+
+    writes = [{"w": {"checkpoint_id": c}} for c in ("c5", "c4", "c3", "c1")]
+    seed = {"b": {"channel": "m"}}
+    kept = on_chain([head(["c1"]), *writes, seed], ["m"])
+    assert kept is not None
+    assert kept[0]["chain"] == ["c5", "c1"]
+    assert [d["w"]["checkpoint_id"] for d in kept if "w" in d] == ["c5", "c1"]
+    assert kept[-1] == seed
+    assert on_chain([head(["c3"]), *writes], ["m"]) is None  # the sibling stores "m"
+    assert on_chain([head([], True), *writes], ["m"]) is None  # c1's parent c0 not read
+    assert on_chain([], ["m"]) is None  # no target
+
+
 def seed_distances(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
     """Per checkpoint id, how many checkpoints up its ``messages`` seed is (the root's
     distance when it has none), from the stored documents."""
@@ -379,18 +462,18 @@ def test_state_loads_walk_only_to_the_farthest_seed(saver: MongoDBSaver) -> None
     loads = 0
     for t in list(saver.list(thread("long"))):
         checkpoint_id = t.config["configurable"]["checkpoint_id"]
-        walks.max_depths.clear()
+        walks.clear()
         state = graph.get_state(t.config)
         assert message_summary(state.values.get(CHANNEL, [])) == message_summary(
             reference.get_state(t.config).values.get(CHANNEL, [])
         )
-        if not walks.max_depths:
+        if not walks.ranges:
             continue  # the checkpoint stores a snapshot: nothing to replay
         loads += 1
-        [depth] = walks.max_depths
-        distance = distances[checkpoint_id]
-        assert depth <= distance, checkpoint_id
-        assert visited(saver, "long", checkpoint_id, depth) <= distance + 1, checkpoint_id
+        # A linear thread: one range read, which stands for the walk.
+        assert walks.max_depths == [], checkpoint_id
+        [read] = walks.range_reads()
+        assert read <= distances[checkpoint_id] + 1, checkpoint_id
     assert loads > 40
     # Without the bound, the latest checkpoint's walk reads the whole thread.
     latest = saver.get_tuple(thread("long")).config["configurable"]["checkpoint_id"]
@@ -405,7 +488,8 @@ async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
     walks = HistoryWalks(asaver)
     history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])
     steps = latest.metadata["counters_since_delta_snapshot"][CHANNEL][1]
-    assert walks.max_depths == [steps - 1]
+    # One range read of the target and its ``steps`` nearest ancestors, down to the seed.
+    assert (walks.max_depths, [r[2] for r in walks.ranges]) == ([], [{"$limit": steps + 1}])
     expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
     assert history == expected
 
@@ -435,15 +519,15 @@ def _put_chain(saver: MongoDBSaver, claimed: list[int | None]) -> list[dict[str,
 
 
 @pytest.mark.parametrize(
-    ("claimed", "depths"),
+    ("claimed", "limits", "depths"),
     [
-        ([1, 2, 3], [2]),  # LangGraph's counters: one walk, as deep as the seed
-        ([1, 2, None], [MAX_DEPTH]),  # no counters: LangGraph's bound
-        ([1, 2, 1], [0, MAX_DEPTH]),  # understated: the cut walk is done again in full
+        ([1, 2, 3], [4], []),  # LangGraph's counters: one range read, down to the seed
+        ([1, 2, None], [], [MAX_DEPTH]),  # no counters (nor seed known): LangGraph's bound
+        ([1, 2, 1], [2], [MAX_DEPTH]),  # understated: the range stops short, a full walk
     ],
 )
 async def test_history_is_right_whatever_the_counters(
-    saver: MongoDBSaver, claimed: list[int | None], depths: list[int]
+    saver: MongoDBSaver, claimed: list[int | None], limits: list[int], depths: list[int]
 ) -> None:
     configs = _put_chain(saver, claimed)
     target = saver.get_tuple(configs[-1])  # a read notes the counters, as LangGraph's loads do
@@ -451,8 +535,8 @@ async def test_history_is_right_whatever_the_counters(
     walks = HistoryWalks(saver)
     calls = count_calls(saver.collections)
     history = saver.get_delta_channel_history(config=configs[-1], channels=[CHANNEL])
-    assert walks.max_depths == depths
-    assert sum(calls.values()) == len(depths)
+    assert ([r[2]["$limit"] for r in walks.ranges], walks.max_depths) == (limits, depths)
+    assert sum(calls.values()) == len(limits) + len(depths)
     assert history == {
         CHANNEL: {
             "seed": ["seed"],
