@@ -5,10 +5,11 @@ carries ``base`` (an earlier version of the same thread, namespace and channel) 
 ``keep`` (how many leading elements of the base value it shares); its payload is the
 serialized new tail. The value is ``base_value[:keep] + tail``.
 
-Bases are chosen like a Fenwick tree: the k-th version this saver instance writes in
-a row for a channel (k = 0 is a whole value) is based on version ``k & (k - 1)``, so
-reading version k touches ``popcount(k) + 1`` documents (at most ``log2(k) + 2``)
-and every element is stored O(log n) times.
+Bases are chosen like a Fenwick tree: the k-th version of a chain (k = 0 is a whole
+value) is based on version ``k & (k - 1)``, so reading version k touches
+``popcount(k) + 1`` documents (at most ``log2(k) + 2``) and every element is stored
+O(log n) times. A delta's head records its ``k``, so an instance that read the chain
+continues it where the writer left off.
 
 Deltas are written only while the database records layout version 4 (``enabled``:
 wanted by the saver and allowed by the recorded version), so a process of a release
@@ -20,10 +21,10 @@ Invariants that keep a base alive:
   chain's bases as ``{"channel", "version", "base": True}`` entries, then the value
   itself. A read fetches them with the same blobs query, and maintenance, which
   keeps every version a surviving checkpoint names, keeps the bases too.
-- A delta is written only when the ``put``'s parent is the checkpoint this instance
-  last wrote on the thread and namespace, and its base is a version this instance
-  wrote there (so the parent names it and it is stored). Anything else writes a
-  whole value.
+- A delta is written only when its base is a version the ``put``'s parent names: the
+  parent is the checkpoint this instance last wrote on the thread and namespace (the
+  base a version it wrote there), or one it read with ``get_tuple`` (the base a version
+  of the chain that read found, ``read_chains``). Anything else writes a whole value.
 - The stored value is the truth. A version is written once (first write wins), so a
   ``put`` that finds a version already stored (a retry) names that value's stored chain,
   and records no digests of it; a different value under that version is refused.
@@ -151,16 +152,46 @@ class Chain:
         return len(self.latest) + LINK_BYTES * len(self.links)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadChain:
+    """A channel's chain as a ``get_tuple`` found it: its links (the latest one's ``shared``
+    is 0 until resolved) and, base first, each document's ``keep`` and stored bytes. The
+    digests are computed only when a ``put`` changes the channel (``resolve``), so a read
+    costs no serialization; until then the chain costs its stored bytes."""
+
+    links: tuple[Link, ...]
+    stored: tuple[tuple[int, tuple[str, bytes]], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(typed[1]) for _, typed in self.stored) + LINK_BYTES * len(self.links)
+
+    def resolve(self, serde: SerializerProtocol) -> Chain | None:
+        """The chain with the digests of the value it was read as (``None`` if that is no
+        ``list``): the stored bytes decoded again, so nothing a caller did to the value
+        it was handed counts."""
+        (_, first), *rest = self.stored
+        value: Any = serde.loads_typed(first)
+        for keep, typed in rest:
+            value = extended(value, keep, serde.loads_typed(typed))
+        if not is_list(value):
+            return None
+        last = self.links[-1]
+        links = (*self.links[:-1], Link(last.k, last.version, len(value)))
+        return Chain(fingerprints(serde, value), links)
+
+
 @dataclass(frozen=True)
 class Delta:
-    """A version stored as ``base_value[:keep] + tail``."""
+    """A version stored as ``base_value[:keep] + tail``, the ``k``-th of its chain."""
 
     base: Any
     keep: int
     tail: list[Any]
+    k: int
 
     def head_fields(self) -> dict[str, Any]:
-        return {"base": self.base, "keep": self.keep}
+        return {"base": self.base, "keep": self.keep, "k": self.k}
 
 
 @dataclass
@@ -171,7 +202,7 @@ class Plan:
     # Per channel in the checkpoint, the versions its value is rebuilt from, value last.
     chains: dict[str, list[Any]] = field(default_factory=dict)
     # The chain state after this put, per channel written with a list value.
-    links: dict[str, Chain] = field(default_factory=dict)
+    links: dict[str, Chain | ReadChain] = field(default_factory=dict)
 
     def adopt(self, channel: str, chain: Sequence[Any]) -> None:
         """The value of ``channel`` was stored already (by an earlier attempt): name its
@@ -213,13 +244,44 @@ def stored_chain(
     return None
 
 
+def read_chains(
+    doc: Mapping[str, Any],
+    heads: Mapping[tuple[Any, ...], tuple[Mapping[str, Any], tuple[str, bytes]]],
+    values: Mapping[str, Any],
+) -> dict[str, ReadChain]:
+    """The chains a ``put`` on checkpoint ``doc`` may base deltas on, from its read: per
+    channel whose value read (``values``) is a ``list``, the chain ``doc`` names, if the
+    value documents read (``heads``, ``payload.join`` output) form exactly that chain and
+    each delta records its ``k`` (one written before it did starts a new chain)."""
+    thread_id, checkpoint_ns = doc["thread_id"], doc["checkpoint_ns"]
+    chains: dict[str, ReadChain] = {}
+    for channel, named in chains_of(doc.get("values", ())).items():
+        if not is_list(values.get(channel)):
+            continue
+        key = (thread_id, checkpoint_ns, channel, named[-1])
+        if stored_chain(heads, key) != named:
+            continue
+        found = [heads[(*key[:3], version)] for version in named]
+        ks = [head.get("k", 0 if i == 0 else None) for i, (head, _) in enumerate(found)]
+        if not all(isinstance(k, int) for k in ks):
+            continue
+        keeps = [0, *(head["keep"] for head, _ in found[1:])]
+        # How many leading elements each version shares with the latest: at least every
+        # later version's ``keep``.
+        shared = [min(keeps[i + 1 :], default=0) for i in range(len(found))]
+        links = tuple(Link(k, v, n) for k, v, n in zip(ks, named, shared))
+        stored = tuple((keep, typed) for keep, (_, typed) in zip(keeps, found))
+        chains[channel] = ReadChain(links, stored)
+    return chains
+
+
 def needs_parent(values: Mapping[str, Any], new_versions: Mapping[str, Any]) -> bool:
     """Whether an unchanged channel may be a delta whose chain only the parent names."""
     return any(is_list(v) for ch, v in values.items() if ch not in new_versions)
 
 
 def plan(
-    usable: Mapping[str, Chain],
+    usable: Mapping[str, Chain | ReadChain],
     enabled: bool,
     values: Mapping[str, Any],
     versions: Mapping[str, Any],
@@ -229,8 +291,8 @@ def plan(
 ) -> Plan:
     """Decide which new list values of a checkpoint are stored as deltas.
 
-    ``usable``: the chains this instance wrote in a row up to the put's parent (empty
-    unless the parent is the checkpoint it wrote last on the thread); ``enabled``: deltas
+    ``usable``: the chains the put's parent names that this instance knows the elements
+    of (``memory.usable``: written in a row up to it, or read); ``enabled``: deltas
     are wanted and allowed by the recorded layout; ``parent_chains``: the chains the parent
     names (``None`` if unknown). An unchanged channel keeps its parent's chain.
     """
@@ -251,6 +313,8 @@ def plan(
         digests = fingerprints(serde, value)
         size = len(value)
         previous = usable.get(channel)
+        if isinstance(previous, ReadChain):
+            previous = previous.resolve(serde)
         if previous:
             k = previous.links[-1].k + 1
             wanted = fenwick_chain(k)
@@ -259,7 +323,7 @@ def plan(
             keep = min(shared, kept[-1].shared)
             if keep:
                 tail = list(value[keep:])
-                result.deltas[channel] = Delta(kept[-1].version, keep, tail)
+                result.deltas[channel] = Delta(kept[-1].version, keep, tail, k)
                 links = [Link(lk.k, lk.version, min(lk.shared, shared)) for lk in kept]
                 result.links[channel] = Chain(digests, (*links, Link(k, version, size)))
                 result.chains[channel] = [link.version for link in result.links[channel].links]
@@ -293,8 +357,14 @@ def rebuild(
             raise missing(key[3])
     value = loads(path[-1][1])
     for head, typed in reversed(path[:-1]):
-        keep = head["keep"]
-        if not isinstance(value, (list, tuple)) or len(value) < keep:
+        value = extended(value, head["keep"], loads(typed))
+        if value is None:
             raise missing(head["base"])
-        value = [*value[:keep], *loads(typed)]
     return value
+
+
+def extended(base: Any, keep: int, tail: Any) -> list[Any] | None:
+    """``base[:keep] + tail``; ``None`` if ``base`` is no list of at least ``keep`` elements."""
+    if not isinstance(base, (list, tuple)) or len(base) < keep:
+        return None
+    return [*base[:keep], *tail]

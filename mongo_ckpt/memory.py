@@ -5,10 +5,13 @@
   LangGraph's snapshot counters, which bound the DeltaChannel history walk that follows
   a read (``snapshot_distance``).
 - Per thread and namespace, the checkpoint it wrote last and the chains it wrote there in
-  a row, with the element digests of their latest values: what the next delta is formed
-  from (``listdelta.plan``). These take at most ``cache_bytes`` (``DIGEST_SIZE`` bytes
-  per element of each channel's latest value, ``LINK_BYTES`` per link, ``THREAD_BYTES``
-  per thread); an evicted thread's next version is written whole.
+  a row, with the element digests of their latest values; and per checkpoint it read
+  with ``get_tuple``, the chains that read found, with their stored bytes (digested only
+  when a ``put`` on it changes the channel: ``listdelta.ReadChain``). What the next delta
+  is formed from (``listdelta.plan``). These take at most ``cache_bytes`` together
+  (``DIGEST_SIZE`` bytes per element of each channel's latest value, or the stored bytes
+  of a chain read, ``LINK_BYTES`` per link, ``THREAD_BYTES`` per entry); an evicted
+  entry's next version is written whole.
 - Per thread and namespace (``CACHED_CHECKPOINTS`` of them), the DeltaChannel seeds the
   history read at its newest target found: their ids bound the next read's range
   (``delta.range_history_pipeline``) from below.
@@ -29,13 +32,14 @@ from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any, Generic, TypeVar
 
-from mongo_ckpt.listdelta import Chain, Plan, chains_of
+from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
-# Bytes of element digests (and per-link bookkeeping) one saver instance keeps for the
-# chains it wrote last, least recently used threads evicted first.
+# Bytes of element digests, of chains read (and per-link bookkeeping) one saver instance
+# keeps for the chains it wrote last and read, least recently used first evicted.
 CACHE_BYTES = 32 * 2**20
-# Accounted per remembered thread (its key and containers): Python's own sizes, rounded up.
+# Accounted per remembered thread or read checkpoint (its key and containers): Python's
+# own sizes, rounded up.
 THREAD_BYTES = 1024
 # Checkpoints whose ``values`` (with bases) and snapshot counters one instance remembers.
 CACHED_CHECKPOINTS = 4096
@@ -86,10 +90,11 @@ class _Lru(Generic[K, V]):
 
 @dataclass(frozen=True, slots=True)
 class _Head:
-    """The checkpoint an instance wrote last on a thread and namespace, and its chains."""
+    """The checkpoint an instance wrote last on a thread and namespace (or one it read),
+    and its chains."""
 
     checkpoint_id: str
-    links: dict[str, Chain]
+    links: dict[str, Chain | ReadChain]
 
     @property
     def nbytes(self) -> int:
@@ -130,7 +135,9 @@ class CheckpointMemory:
         self.slim_allowed = False
         self._next_check = 0.0
         self._lock = threading.Lock()
-        self._heads: _Lru[tuple[str, str], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
+        # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
+        # checkpoint) for one read.
+        self._heads: _Lru[tuple[str, ...], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
         self._seen: _Lru[CheckpointKey, _Seen] = _Lru(checkpoints, lambda _: 1)
         self._seeds: _Lru[tuple[str, str], _Seeds] = _Lru(checkpoints, lambda _: 1)
 
@@ -155,12 +162,25 @@ class CheckpointMemory:
 
     # -- checkpoints ----------------------------------------------------------------
 
-    def read(self, doc: Mapping[str, Any], metadata: Mapping[str, Any]) -> None:
+    def read(
+        self,
+        doc: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        found: Mapping[str, ReadChain] | None = None,
+    ) -> None:
         """A checkpoint document was read, with its ``metadata``: remember the chains it
-        names and its snapshot counters (none when it has no usable counters)."""
+        names and its snapshot counters (none when it has no usable counters), and the
+        chains ``found`` (``listdelta.read_chains``) for a ``put`` on it, unless it is the
+        checkpoint this instance wrote last (whose digests it holds already)."""
+        key = _key(doc)
         seen = _Seen(chains_of(doc.get("values", ())), supersteps_since_snapshot(metadata))
         with self._lock:
-            self._seen.put(_key(doc), seen)
+            self._seen.put(key, seen)
+            if not found or not self.deltas_enabled:
+                return
+            head = self._heads.get(key[:2])
+            if head is None or head.checkpoint_id != key[2]:
+                self._heads.put(key, _Head(key[2], dict(found)))
 
     def remember(self, doc: Mapping[str, Any]) -> None:
         """The chains a checkpoint document names (read for them alone: its counters, if
@@ -210,26 +230,34 @@ class CheckpointMemory:
 
     # -- the chains written last ----------------------------------------------------
 
-    def usable(self, key: CheckpointKey, parent_id: str | None) -> dict[str, Chain]:
+    def usable(self, key: CheckpointKey, parent_id: str | None) -> dict[str, Chain | ReadChain]:
         """The chains a ``put`` of ``key`` on ``parent_id`` may base deltas on: those this
         instance wrote in a row on the thread, if the parent is the checkpoint it wrote
-        last there."""
+        last there, else those its ``get_tuple`` of the parent found."""
+        if parent_id is None:
+            return {}
         with self._lock:
             head = self._heads.get(key[:2])
-        return head.links if head is not None and head.checkpoint_id == parent_id else {}
+            if head is None or head.checkpoint_id != parent_id:
+                head = self._heads.get((*key[:2], parent_id))
+        return head.links if head is not None else {}
 
-    def wrote(self, key: CheckpointKey, plan: Plan) -> None:
-        """A checkpoint was stored as ``plan`` says: the next ``put`` on it may write
-        deltas, and it names ``plan.chains``."""
+    def wrote(self, key: CheckpointKey, plan: Plan, parent_id: str | None = None) -> None:
+        """A checkpoint was stored on ``parent_id`` as ``plan`` says: the next ``put`` on it
+        may write deltas, and it names ``plan.chains``. What a read of the parent found is
+        dropped: the new checkpoint carries it on."""
         thread_id, checkpoint_ns, checkpoint_id = key
         with self._lock:
             self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
+            if parent_id is not None:
+                self._heads.drop([(thread_id, checkpoint_ns, parent_id)])
             known = self._seen.get(key)
             self._seen.put(key, _Seen(plan.chains, known.steps if known else {}))
 
     @property
     def cached_bytes(self) -> int:
-        """The accounted bytes of the chains held now (at most ``cache_bytes``)."""
+        """The accounted bytes of the chains written and read held now (at most
+        ``cache_bytes``)."""
         with self._lock:
             return self._heads.spent
 

@@ -275,17 +275,24 @@ class CheckpointOperations:
                 if more:
                     loaded = Loaded(self.serde, [*value_docs, *more], write_docs)
             try:
-                return self._noted(loaded, doc)
+                return self._noted(loaded, doc, bases=True)
             except MissingValueError:
                 attempts += 1
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
                     raise
                 # Deleted (by maintenance) while it was read: read again.
 
-    def _noted(self, loaded: Loaded, doc: Mapping[str, Any]) -> CheckpointTuple:
-        """The tuple of ``doc``, its snapshot counters noted for a history walk."""
+    def _noted(
+        self, loaded: Loaded, doc: Mapping[str, Any], bases: bool = False
+    ) -> CheckpointTuple:
+        """The tuple of ``doc``, its snapshot counters noted for a history walk; with
+        ``bases`` (``get_tuple``: a run reads its parent), the list chains it read are kept
+        for a ``put`` on it (``list`` pages are not: no run continues from them unread)."""
         result = loaded.checkpoint_tuple(doc)
-        self.memory.read(doc, result.metadata)
+        found = None
+        if bases and self.memory.deltas_enabled:
+            found = listdelta.read_chains(doc, loaded.blobs, result.checkpoint["channel_values"])
+        self.memory.read(doc, result.metadata, found)
         return result
 
     def delta_channel_history(
@@ -471,7 +478,7 @@ class CheckpointOperations:
             mine = 0 in maintenance.upserted(written)  # this call inserted the checkpoint
             yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
             yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
-        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan)
+        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan, parent_id)
         return {"configurable": key}
 
     def _adopt_stored(
