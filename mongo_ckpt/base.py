@@ -89,7 +89,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         write_concern: what the saver's writes wait for; default ``w="majority", j=True``
             (``None``: the client's own).
         list_deltas: store a new version of a list channel value as its difference
-            from an earlier version this saver wrote on the thread (docs/architecture.md,
+            from an earlier version this saver wrote or read on the thread (docs/architecture.md,
             "List deltas"), once the database records that every writer reads them (a new
             database, or after ``upgrade()``); ``False`` stores every version whole.
         tracing: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
