@@ -141,8 +141,9 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Chain:
-    """The versions of a channel this instance wrote in a row: the element digests of the
-    latest value (``fingerprints``) and the links a next delta may be based on."""
+    """The versions of a channel's chain up to the latest (written by this instance, or
+    read and resolved): the element digests of the latest value (``fingerprints``) and
+    the links a next delta may be based on."""
 
     latest: bytes
     links: tuple[Link, ...]
@@ -261,7 +262,7 @@ def read_chains(
         key = (thread_id, checkpoint_ns, channel, named[-1])
         if stored_chain(heads, key) != named:
             continue
-        found = [heads[(*key[:3], version)] for version in named]
+        found = [heads[(thread_id, checkpoint_ns, channel, version)] for version in named]
         ks = [head.get("k", 0 if i == 0 else None) for i, (head, _) in enumerate(found)]
         if not all(isinstance(k, int) for k in ks):
             continue

@@ -35,8 +35,8 @@ from typing import Any, Generic, TypeVar
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
-# Bytes of element digests, of chains read (and per-link bookkeeping) one saver instance
-# keeps for the chains it wrote last and read, least recently used first evicted.
+# Bytes of element digests and of chains read (and per-link bookkeeping) one saver
+# instance keeps for the chains it wrote last and read, least recently used evicted first.
 CACHE_BYTES = 32 * 2**20
 # Accounted per remembered thread or read checkpoint (its key and containers): Python's
 # own sizes, rounded up.
@@ -118,8 +118,8 @@ class _Seeds:
 
 
 class CheckpointMemory:
-    """Per saver instance: the checkpoints it has seen, the chains it wrote last, and
-    whether list deltas are allowed (see the module's docstring)."""
+    """Per saver instance: the checkpoints it has seen, the chains it wrote last and
+    read, and whether list deltas are allowed (see the module's docstring)."""
 
     def __init__(
         self,
@@ -228,7 +228,7 @@ class CheckpointMemory:
             return None
         return min(known.ids[c] for c in channels)
 
-    # -- the chains written last ----------------------------------------------------
+    # -- the chains a delta is formed from ------------------------------------------
 
     def usable(self, key: CheckpointKey, parent_id: str | None) -> dict[str, Chain | ReadChain]:
         """The chains a ``put`` of ``key`` on ``parent_id`` may base deltas on: those this
