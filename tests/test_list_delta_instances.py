@@ -6,21 +6,31 @@ deleted meanwhile) write whole values or are refused."""
 
 from __future__ import annotations
 
+import asyncio
+from itertools import count
+from types import SimpleNamespace
 from typing import Any
 
 import bson
 import pytest
+from hypothesis import HealthCheck, given, settings
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
-from mongo_ckpt import StaleParentError
+from mongo_ckpt import MongoDBSaver, StaleParentError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, NOT_PENDING
 from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, fingerprints
 from mongo_ckpt.memory import THREAD_BYTES
 from mongo_ckpt.schema import saver_key
 from tests.graphs import thread
-from tests.saver_support import LOGICAL, Api, maybe_await
+from tests.saver_support import LOGICAL, Api, assert_no_orphans, maybe_await
+from tests.test_list_delta_differential import (
+    check_bounded_chains,
+    check_reads,
+    programs,
+    run_program,
+)
 from tests.test_list_delta_storage import ENCRYPTED, Chain, message
 from tests.test_schema_versions import set_version
 
@@ -242,3 +252,44 @@ async def test_a_parent_deleted_after_its_read_refuses_the_put(api: Api) -> None
     with pytest.raises(StaleParentError):
         await follow.put([*messages, message(4, 10)])
     assert await api.count(CHECKPOINTS, {"thread_id": "t", **NOT_PENDING}) == 0
+
+
+_threads = count()
+
+
+class ReadsParent:
+    """A saver whose every ``put`` first reads its parent with ``get_tuple``, as a run does."""
+
+    def __init__(self, saver: MongoDBSaver) -> None:
+        self.saver = saver
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.saver, name)
+
+    def put(self, config: Any, *args: Any) -> Any:
+        if config["configurable"].get("checkpoint_id"):
+            self.saver.get_tuple(config)
+        return self.saver.put(config, *args)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(program=programs)
+def test_programs_on_instances_that_read_their_parents(saver: MongoDBSaver, program: list) -> None:
+    """``test_list_delta_differential``'s programs (forks, namespaces, edits in the middle,
+    tuples, scalars), each put by one of two instances after a ``get_tuple`` of its parent:
+    every checkpoint reads back as whole values do."""
+    api = Api(saver)
+    other = api.reopened()
+    plain = api.reopened(f"{saver.db.name}_plain", list_deltas=False)
+    writers = [SimpleNamespace(saver=ReadsParent(run.saver)) for run in (api, other)]
+    thread_id = f"r{next(_threads)}"
+    done = run_program(writers, plain, program, thread_id)
+    check_reads([api, other, plain], done)
+    check_bounded_chains(api, thread_id, len(program))
+    asyncio.run(assert_no_orphans(api))
+    query = {"thread_id": thread_id}
+    assert api.raw(BLOBS).count_documents(query) == plain.raw(BLOBS).count_documents(query)
