@@ -1,0 +1,109 @@
+"""Adversarial review (attack2) of the five checkpointer changes since 8543a52: each test
+reproduces one way to lose or misreport a value, and asserts what the contract
+(DESIGN.md §2, §2b, §3) or ``InMemorySaver`` gives. They fail on the code they were
+written against (main at 40059e5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+from mongo_ckpt import ConflictingValueError
+from mongo_ckpt.layout import CHECKPOINTS
+from tests.saver_support import BOTH_PUT_PATHS, Api
+
+pytestmark = BOTH_PUT_PATHS
+
+
+def _checkpoint(checkpoint_id: str, values: dict[str, Any], versions: dict[str, Any]) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = checkpoint_id
+    checkpoint["channel_values"] = dict(values)
+    checkpoint["channel_versions"] = dict(versions)
+    return checkpoint
+
+
+def _config(thread_id: str, checkpoint_id: str | None = None) -> Any:
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+async def _oracle_and(api: Api, puts: list[tuple[Api, Any, Any, Any]]) -> tuple[Any, Any]:
+    """Run ``puts`` (saver, config, checkpoint, new_versions) on the savers and on an
+    ``InMemorySaver``; the last checkpoint read back by both."""
+    memory = InMemorySaver()
+    config = mine = None
+    for side, config, checkpoint, new_versions in puts:
+        memory.put(config, checkpoint, {"source": "loop", "step": 0, "parents": {}}, new_versions)
+        mine = await side.put(
+            config, checkpoint, {"source": "loop", "step": 0, "parents": {}}, new_versions
+        )
+    assert config is not None
+    expected = memory.get_tuple(
+        _config(config["configurable"]["thread_id"], mine["configurable"]["checkpoint_id"])
+    )
+    got = await api.get_tuple(mine)
+    return got, expected
+
+
+# -- 1. rolling upgrade to slim documents: an instance not yet rechecked names a value
+#       document the slim writer never stored ------------------------------------------
+
+
+async def test_instance_not_yet_slim_names_an_inline_value(api: Api) -> None:
+    """Two instances of this release on one database at layout 4; one runs the upgrade step
+    (``saver.upgrade()``) and writes slim documents at once, the other learns of it only
+    at its next layout recheck (``LAYOUT_RECHECK_SECONDS``, 60 s). A ``None`` value (a
+    ``branch:to:*`` trigger) the slim instance held inline has no value document; the other
+    instance's put on that checkpoint keeps the unchanged channel, and, writing a layout-4
+    document, names its version as a stored value: the checkpoint it wrote is visible and
+    does not read back (``MissingValueError``), on every reader."""
+    upgraded, lagging = api, api.reopened()
+    await lagging.setup()
+    for side in (upgraded, lagging):
+        side.saver.memory.note_layout(True, False)  # both read layout 4 at their setup
+    await upgraded.upgrade()
+    first = _checkpoint("1", {"branch:to:node": None, "n": 1}, {"branch:to:node": "1", "n": "1"})
+    second = _checkpoint("2", {"branch:to:node": None, "n": 2}, {"branch:to:node": "1", "n": "2"})
+    got, expected = await _oracle_and(
+        api,
+        [
+            (upgraded, _config("t"), first, {"branch:to:node": "1", "n": "1"}),
+            (lagging, _config("t", "1"), second, {"n": "2"}),
+        ],
+    )
+    assert got.checkpoint["channel_values"] == expected.checkpoint["channel_values"]
+
+
+# -- 2. slim documents: a retried put that gives a version another value is accepted when
+#       either value is None (held inline), and changes what reads back ----------------
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("x", None), (None, "x")], ids=["x-then-None", "None-then-x"]
+)
+async def test_retry_with_another_value_of_an_inline_channel_is_refused(
+    api: Api, first: Any, then: Any
+) -> None:
+    """``ConflictingValueError``'s contract: "A version names one value: a retried ``put``
+    must pass the same values. Nothing readable was changed". A put whose reply was lost is
+    retried with ``ch`` at the same version holding another value. On layout 4 (and for any
+    two non-``None`` values) the retry finds the stored head and is refused; on slim
+    documents a ``None`` is held in the checkpoint document, no head is ever inserted or
+    found, and the retry rewrites the checkpoint: it now reads the second value (and a
+    ``"x"`` stored first is left as a value document nothing names)."""
+    versions = {"ch": "1", "n": "1"}
+    config = _config("t")
+    await api.put(config, _checkpoint("1", {"ch": first, "n": 1}, versions), {}, versions)
+    before = await api.thread_docs("t")
+    with pytest.raises(ConflictingValueError):
+        await api.put(config, _checkpoint("1", {"ch": then, "n": 1}, versions), {}, versions)
+    after = await api.thread_docs("t")
+    assert after[CHECKPOINTS] == before[CHECKPOINTS]
+    got = await api.get_tuple(_config("t", "1"))
+    assert got.checkpoint["channel_values"]["ch"] == first
