@@ -5,11 +5,14 @@ written against (main at 40059e5)."""
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Annotated, Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from mongo_ckpt import ConflictingValueError
 from mongo_ckpt.layout import CHECKPOINTS
@@ -107,3 +110,42 @@ async def test_retry_with_another_value_of_an_inline_channel_is_refused(
     assert after[CHECKPOINTS] == before[CHECKPOINTS]
     got = await api.get_tuple(_config("t", "1"))
     assert got.checkpoint["channel_values"]["ch"] == first
+
+
+class _State(TypedDict):
+    log: Annotated[list, operator.add]
+
+
+def _interrupted_graph() -> StateGraph:
+    builder = StateGraph(_State)
+    builder.add_node("a", lambda state: {"log": ["a"]})
+    builder.add_node("b", lambda state: {"log": ["b"]})
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", END)
+    return builder
+
+
+async def test_copy_of_an_interrupted_checkpoint_by_an_instance_not_yet_slim(api: Api) -> None:
+    """The same as a LangGraph graph: a run interrupted before node ``b`` leaves
+    ``branch:to:b = None`` held inline (written by the upgraded instance); the other
+    instance, before its recheck, forks the interrupted state (``update_state(...,
+    as_node="__copy__")``): the copy names ``branch:to:b``'s version as a value document,
+    and ``get_state`` of the thread then raises ``MissingValueError`` on both instances."""
+    upgraded, lagging = api, api.reopened()
+    await lagging.setup()
+    for side in (upgraded, lagging):
+        side.saver.memory.note_layout(True, False)
+    await upgraded.upgrade()
+    config = {"configurable": {"thread_id": "t"}}
+    reference = _interrupted_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["b"])
+    reference.invoke({"log": ["hi"]}, config)
+    reference.update_state(config, None, as_node="__copy__")
+    expected = reference.get_state(config)
+
+    first = upgraded.compile(_interrupted_graph(), interrupt_before=["b"])
+    await upgraded.invoke(first, {"log": ["hi"]}, config)
+    other = lagging.compile(_interrupted_graph(), interrupt_before=["b"])
+    await lagging.update(other, config, None, as_node="__copy__")
+    state = await upgraded.state(first, config)
+    assert (state.values, state.next) == (expected.values, expected.next)
