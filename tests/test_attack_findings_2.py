@@ -149,3 +149,17 @@ async def test_copy_of_an_interrupted_checkpoint_by_an_instance_not_yet_slim(api
     await lagging.update(other, config, None, as_node="__copy__")
     state = await upgraded.state(first, config)
     assert (state.values, state.next) == (expected.values, expected.next)
+
+
+async def test_delete_for_runs_of_an_empty_run_id(api: Api) -> None:
+    """A slim document drops ``run_id`` when it is falsy (``checkpoint_document``: ``k not in
+    OPTIONAL_FIELDS or v``), so a checkpoint whose metadata says ``run_id=""`` (a run id
+    given in the config, as LangGraph copies it into the metadata) has none stored, and
+    ``delete_for_runs([""])`` no longer deletes it: on layout 4 it does (the same database
+    before the upgrade step)."""
+    versions = {"n": "1"}
+    await api.put(_config("t"), _checkpoint("1", {"n": 1}, versions), {"run_id": ""}, versions)
+    await api.put(_config("u"), _checkpoint("1", {"n": 1}, versions), {"run_id": "r"}, versions)
+    await api.delete_for_runs([""])
+    assert await api.get_tuple(_config("u")) is not None
+    assert await api.get_tuple(_config("t")) is None
