@@ -5,6 +5,7 @@ written against (main at 40059e5)."""
 
 from __future__ import annotations
 
+import enum
 import operator
 from typing import Annotated, Any
 
@@ -163,3 +164,31 @@ async def test_delete_for_runs_of_an_empty_run_id(api: Api) -> None:
     await api.delete_for_runs([""])
     assert await api.get_tuple(_config("u")) is not None
     assert await api.get_tuple(_config("t")) is None
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+class _Color(str, enum.Enum):
+    RED = "red"
+
+
+async def test_metadata_with_enum_members_reads_back_like_in_memory(api: Api) -> None:
+    """Slim documents keep only the plain metadata when ``documents._reads_back`` says BSON
+    gives it back exactly. It compares the plain copy with the serializer's round trip by
+    ``type(...) is type(...)`` and ``==``, but ``documents.plain`` passes ``str`` and
+    ``int`` subclasses through as they are: an ``IntEnum`` (or a ``str`` enum inside a
+    list) equals its serialized round trip, the serialized copy is dropped, and BSON gives
+    back a bare ``int``/``str`` (on a real server; mongomock keeps the Python object). On
+    layout 4, and in ``InMemorySaver``, the members read back."""
+    metadata = {"level": _Level.HIGH, "tags": {"colors": [_Color.RED]}}
+    versions = {"n": "1"}
+    checkpoint = _checkpoint("1", {"n": 1}, versions)
+    memory = InMemorySaver()
+    memory.put(_config("t"), checkpoint, metadata, versions)
+    expected = memory.get_tuple(_config("t")).metadata
+    stored = await api.put(_config("t"), checkpoint, metadata, versions)
+    got = (await api.get_tuple(stored)).metadata
+    assert repr(got) == repr(expected)
+    assert type(got["level"]) is _Level
