@@ -192,3 +192,18 @@ async def test_metadata_with_enum_members_reads_back_like_in_memory(api: Api) ->
     got = (await api.get_tuple(stored)).metadata
     assert repr(got) == repr(expected)
     assert type(got["level"]) is _Level
+
+
+async def test_a_none_value_without_a_version_is_not_read_back(api: Api) -> None:
+    """A checkpoint reads back the values of its ``channel_versions``: ``InMemorySaver``
+    loads blobs by version and layout 4 names only channels with a version, so a value in
+    ``channel_values`` without one is not returned. ``documents.inline_values`` holds every
+    ``None`` value inline whether or not the channel has a version, and the slim document
+    reads it back."""
+    versions = {"a": "1"}
+    checkpoint = _checkpoint("1", {"a": 1, "b": None}, versions)
+    memory = InMemorySaver()
+    memory.put(_config("t"), checkpoint, {}, versions)
+    expected = memory.get_tuple(_config("t")).checkpoint["channel_values"]
+    stored = await api.put(_config("t"), checkpoint, {}, versions)
+    assert (await api.get_tuple(stored)).checkpoint["channel_values"] == expected
