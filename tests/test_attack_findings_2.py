@@ -70,7 +70,8 @@ async def test_instance_not_yet_slim_names_an_inline_value(api: Api) -> None:
     upgraded, lagging = api, api.reopened()
     await lagging.setup()
     for side in (upgraded, lagging):
-        side.saver.memory.note_layout(True, False)  # both read layout 4 at their setup
+        # As two instances that read layout 4 at their setup (as test_slim_documents does).
+        side.saver.memory.note_layout(True, False)
     await upgraded.upgrade()
     first = _checkpoint("1", {"branch:to:node": None, "n": 1}, {"branch:to:node": "1", "n": "1"})
     second = _checkpoint("2", {"branch:to:node": None, "n": 2}, {"branch:to:node": "1", "n": "2"})
@@ -113,6 +114,9 @@ async def test_retry_with_another_value_of_an_inline_channel_is_refused(
     assert got.checkpoint["channel_values"]["ch"] == first
 
 
+# -- 1b. the same through a LangGraph graph -------------------------------------------
+
+
 class _State(TypedDict):
     log: Annotated[list, operator.add]
 
@@ -152,6 +156,9 @@ async def test_copy_of_an_interrupted_checkpoint_by_an_instance_not_yet_slim(api
     assert (state.values, state.next) == (expected.values, expected.next)
 
 
+# -- 3. slim documents drop a falsy run_id ----------------------------------------------
+
+
 async def test_delete_for_runs_of_an_empty_run_id(api: Api) -> None:
     """A slim document drops ``run_id`` when it is falsy (``checkpoint_document``: ``k not in
     OPTIONAL_FIELDS or v``), so a checkpoint whose metadata says ``run_id=""`` (a run id
@@ -164,6 +171,9 @@ async def test_delete_for_runs_of_an_empty_run_id(api: Api) -> None:
     await api.delete_for_runs([""])
     assert await api.get_tuple(_config("u")) is not None
     assert await api.get_tuple(_config("t")) is None
+
+
+# -- 4. slim metadata: enum members (int/str subclasses) lose their type ------------------
 
 
 class _Level(enum.IntEnum):
@@ -192,6 +202,9 @@ async def test_metadata_with_enum_members_reads_back_like_in_memory(api: Api) ->
     got = (await api.get_tuple(stored)).metadata
     assert repr(got) == repr(expected)
     assert type(got["level"]) is _Level
+
+
+# -- 5. slim documents: an inline None without a channel version reads back ----------------
 
 
 async def test_a_none_value_without_a_version_is_not_read_back(api: Api) -> None:
