@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 
 from mongo_ckpt import ConflictingValueError
 from mongo_ckpt.layout import CHECKPOINTS
-from tests.saver_support import BOTH_PUT_PATHS, Api
+from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
 
 pytestmark = BOTH_PUT_PATHS
 
@@ -220,3 +220,23 @@ async def test_a_none_value_without_a_version_is_not_read_back(api: Api) -> None
     expected = memory.get_tuple(_config("t")).checkpoint["channel_values"]
     stored = await api.put(_config("t"), checkpoint, {}, versions)
     assert (await api.get_tuple(stored)).checkpoint["channel_values"] == expected
+
+
+# -- 6. the same put retried by the upgraded instance leaves a value nothing names -----
+
+
+async def test_retry_by_the_upgraded_instance_leaves_no_unnamed_value(api: Api) -> None:
+    """During the same window as 1: the not-yet-slim instance stores a put whose ``None``
+    value gets a value document; its reply is lost and the upgraded instance retries the
+    same put. The slim rewrite holds the ``None`` inline and names no value document, so the
+    stored one is named by no checkpoint: ``prune`` keeps it (it deletes by the keys of the
+    checkpoints it deletes), only ``delete_thread`` removes it."""
+    upgraded, lagging = api, api.reopened()
+    await lagging.setup()
+    lagging.saver.memory.note_layout(True, False)  # read layout 4 at its setup
+    versions = {"b": "1", "n": "1"}
+    checkpoint = _checkpoint("1", {"b": None, "n": 1}, versions)
+    await lagging.put(_config("t"), checkpoint, {}, versions)
+    await upgraded.put(_config("t"), checkpoint, {}, versions)  # the same put, retried
+    await upgraded.prune(["t"], strategy="keep_latest")
+    await assert_no_orphans(api)
