@@ -11,17 +11,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 
 def stored_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Checkpoint:
-    """The checkpoint of checkpoint document ``doc`` (either layout), with the channel
-    values it holds inline; the others are the reader's to add."""
+    """The checkpoint of checkpoint document ``doc`` (either layout), without its channel
+    values (the reader's to add)."""
     checkpoint: Checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
     checkpoint.setdefault("id", doc["checkpoint_id"])  # a slim document keeps it once
-    checkpoint["channel_values"] = inline_values(serde, doc)
+    checkpoint["channel_values"] = {}
     return checkpoint
-
-
-def inline_values(serde: SerializerProtocol, doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The channel values checkpoint document ``doc`` holds itself (slim documents)."""
-    return {entry["channel"]: serde.loads_typed(_typed(entry)) for entry in doc.get("inline", ())}
 
 
 def stored_metadata(serde: SerializerProtocol, doc: Mapping[str, Any]) -> CheckpointMetadata:

@@ -145,7 +145,6 @@ def range_chain_stages(
         "id": "$checkpoint_id",
         "parent": {"$ifNull": ["$parent_checkpoint_id", None]},
         "stored": {"$ifNull": ["$values", []]},
-        "inline": {"$ifNull": ["$inline", []]},
         PENDING: {"$ifNull": [f"${PENDING}", False]},
     }
     numbered = {
@@ -153,7 +152,6 @@ def range_chain_stages(
         "depth": {"$subtract": ["$at", 1]},
         "parent": "$e.parent",
         "stored": "$e.stored",
-        "inline": "$e.inline",
     }
     is_ancestor = {"$gte": ["$$a.depth", 0]}
     return [
@@ -215,7 +213,6 @@ def chain_stages(
                         "depth": "$chain.depth",
                         "parent": {"$ifNull": ["$chain.parent_checkpoint_id", None]},
                         "stored": {"$ifNull": ["$chain.values", []]},
-                        "inline": {"$ifNull": ["$chain.inline", []]},
                     }
                 },
             }
@@ -306,19 +303,12 @@ def _at_seed(i: int) -> dict[str, Any]:
 
 
 def _seed_version(i: int, channel: str) -> dict[str, Any]:
-    """``[{"channel", "version", "inline", "id"}]``: the version of channel ``i``'s seed
-    value (the last of its ``values`` entries, after the list-delta bases) or, for a value
-    the checkpoint holds itself, ``inline``: ``[its entry]``, and the seed's checkpoint id;
-    empty when it has no seed."""
+    """``[{"channel", "version", "id"}]``: the version of channel ``i``'s seed value (the
+    last of its ``values`` entries, after the list-delta bases) and the seed's checkpoint
+    id; empty when it has no seed."""
     name = {"$literal": channel}
     versions = {"$map": {"input": _stored_entries(name), "as": "v", "in": "$$v.version"}}
-    inline = {"$filter": {"input": "$$a.inline", "as": "v", "cond": {"$eq": ["$$v.channel", name]}}}
-    item = {
-        "channel": name,
-        "version": {"$arrayElemAt": [versions, -1]},
-        "inline": inline,
-        "id": "$$a.id",
-    }
+    item = {"channel": name, "version": {"$arrayElemAt": [versions, -1]}, "id": "$$a.id"}
     return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
 
 
@@ -436,9 +426,9 @@ def _one(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stores(entry: str, channel: dict[str, Any]) -> dict[str, Any]:
-    """Whether chain ``entry`` has a value of ``channel``: stored, or held inline."""
-    held = {"$concatArrays": [f"{entry}.stored", f"{entry}.inline"]}
-    return {"$in": [channel, {"$map": {"input": held, "as": "v", "in": "$$v.channel"}}]}
+    return {
+        "$in": [channel, {"$map": {"input": f"{entry}.stored", "as": "v", "in": "$$v.channel"}}]
+    }
 
 
 def _ids_within(depth: Any, prefix: Any = None, field: str = "id") -> dict[str, Any]:
@@ -569,9 +559,7 @@ def assemble(
     Raises ``MissingValueError`` when a seed value the walk found named is not there.
     """
     docs = list(docs)
-    found = [s for d in docs if "chain" in d for s in d.get("seeds", ())]
-    stored = {s["channel"]: s.get("version") for s in found if not s.get("inline")}
-    inline = {s["channel"]: s["inline"][0] for s in found if s.get("inline")}
+    stored = {s["channel"]: s["version"] for d in docs if "chain" in d for s in d.get("seeds", ())}
     depth_of = {cid: depth for d in docs if "chain" in d for depth, cid in enumerate(d["chain"])}
     ordered: dict[str, list[tuple[tuple[Any, ...], PendingWrite]]] = {ch: [] for ch in channels}
     for _, (head, typed) in join((d["w"] for d in docs if d.get("w")), WRITE_KEY).items():
@@ -594,9 +582,7 @@ def assemble(
             "writes": [w for _, w in sorted(ordered[ch], key=lambda x: x[0])]
         }
         seed = seeds.get(ch)
-        if ch in inline:
-            entry["seed"] = serde.loads_typed((inline[ch]["type"], bytes(inline[ch]["data"])))
-        elif seed is not None:
+        if seed is not None:
             entry["seed"] = rebuild(blobs, seed, serde.loads_typed, _missing(seed))
         result[ch] = entry
     return result

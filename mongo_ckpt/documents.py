@@ -94,38 +94,26 @@ def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
 
 # Fields a slim checkpoint document (layout version 5) holds only when set
 # (``checkpoint_update`` unsets them otherwise, so a rewrite never keeps an earlier attempt's).
-OPTIONAL_FIELDS = ("inline", "metadata_typed", "run_id", "replay")
-
-
-def inline_values(
-    values: Mapping[str, Any], metadata: Mapping[str, Any], serde: SerializerProtocol
-) -> dict[str, dict[str, Any]]:
-    """The channel values a slim checkpoint document holds itself, serialized, by channel:
-    those that carry no data (``None``, as LangGraph's ``branch:to:*`` triggers hold), so
-    they need no value document. Never a DeltaChannel's (LangGraph's counters name them):
-    its seeds are snapshots in value documents."""
-    deltas = metadata.get("counters_since_delta_snapshot") or ()
-    return {
-        channel: typed(serde, value)
-        for channel, value in values.items()
-        if value is None and channel not in deltas
-    }
+OPTIONAL_FIELDS = ("metadata_typed", "run_id", "replay")
 
 
 def _reads_back(plain: Any, serialized: Any) -> bool:
-    """Whether BSON gives the plain copy ``plain`` back exactly as the serializer gives
-    ``serialized`` back: the same types (``True`` is not ``1``), values and keys."""
-    if type(plain) is not type(serialized):
+    """Whether the plain copy ``plain``, once stored as BSON, reads back exactly as the
+    serializer gives ``serialized`` back: the same types (``True`` is not ``1``, an enum
+    member is not its value, an int64 comes back as ``bson.Int64``), values and keys."""
+    return _same(bson.decode(bson.encode({"m": plain}))["m"], serialized)
+
+
+def _same(stored: Any, serialized: Any) -> bool:
+    if type(stored) is not type(serialized):
         return False
-    if type(plain) is int:  # an int64 would come back as ``bson.Int64``
-        return bool(plain == serialized and -(2**31) <= plain < 2**31)
-    if type(plain) is list:
-        return len(plain) == len(serialized) and all(map(_reads_back, plain, serialized))
-    if type(plain) is dict:
-        return list(plain) == list(serialized) and all(
-            _reads_back(plain[k], serialized[k]) for k in plain
+    if type(stored) is list:
+        return len(stored) == len(serialized) and all(map(_same, stored, serialized))
+    if type(stored) is dict:
+        return list(stored) == list(serialized) and all(
+            _same(stored[k], serialized[k]) for k in stored
         )
-    return bool(plain == serialized)
+    return bool(stored == serialized)
 
 
 def checkpoint_document(
@@ -138,24 +126,21 @@ def checkpoint_document(
     chains: Mapping[str, Sequence[Any]] | None = None,
     *,
     slim: bool = False,
-    inline: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` document: everything but the channel values not ``inline``.
+    """The ``checkpoints`` document: everything but the channel values.
 
     ``chains`` gives, per channel, the versions its value is rebuilt from (list deltas'
     bases first, the value's own version last); by default each value's own version.
 
-    ``slim``: the document of layout version 5: the ``inline`` values (``inline_values``,
-    left out of ``values``) held in it, the serialized metadata only when the plain copy
-    does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
+    ``slim``: the document of layout version 5: the serialized metadata only when the plain
+    copy does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
     serialized checkpoint without its id (the document's ``checkpoint_id``). Otherwise
     the document of version 4.
     """
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
-    inline = inline or {}
     if chains is None:
-        chains = {ch: [versions[ch]] for ch in values if ch in versions and ch not in inline}
+        chains = {ch: [versions[ch]] for ch in values if ch in versions}
     left_out = ("channel_values", "id") if slim else ("channel_values",)
     plain = plain_metadata(metadata, filterable_keys)
     doc: dict[str, Any] = {
@@ -178,10 +163,10 @@ def checkpoint_document(
     }
     if not slim:
         return doc
-    doc["inline"] = [{"channel": ch, **entry} for ch, entry in inline.items()]
     if _reads_back(plain, serde.loads_typed(_typed(doc["metadata_typed"]))):
         del doc["metadata_typed"]
-    return {k: v for k, v in doc.items() if k not in OPTIONAL_FIELDS or v}
+    # An optional field is left out when unset: no run id, nothing to replay ("" is a run id).
+    return {k: v for k, v in doc.items() if k not in OPTIONAL_FIELDS or v not in (None, [])}
 
 
 def checkpoint_update(doc: Mapping[str, Any], *, pending: bool = False) -> dict[str, Any]:

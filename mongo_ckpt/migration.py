@@ -66,7 +66,6 @@ from mongo_ckpt.documents import (
     blob_requests,
     check_checkpoint_size,
     checkpoint_document,
-    inline_values,
     write_requests,
 )
 from mongo_ckpt.drivers import run
@@ -298,10 +297,6 @@ def _convert_checkpoint(
     checkpoint = convert_versions(cp.checkpoint, version_key, cp.thread_id, cp.checkpoint_ns)
     versions = checkpoint["channel_versions"]
     values = checkpoint["channel_values"]
-    slim, inline = ops.memory.slim_allowed, None
-    if slim:
-        inline = inline_values(values, cp.metadata, ops.serde)
-        values = {ch: v for ch, v in values.items() if ch not in inline}
     new = {}
     for channel in values:
         if channel in versions:
@@ -315,8 +310,7 @@ def _convert_checkpoint(
         cp.parent_checkpoint_id,
         ops.serde,
         ops.filterable_keys,
-        slim=slim,
-        inline=inline,
+        slim=ops.memory.slim_allowed,
     )
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)

@@ -80,7 +80,6 @@ from mongo_ckpt.documents import (
     checkpoint_document,
     checkpoint_update,
     confirm_checkpoint,
-    inline_values,
     write_requests,
 )
 from mongo_ckpt.errors import MongoCkptError
@@ -412,12 +411,8 @@ class CheckpointOperations:
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
-        versions = checkpoint["channel_versions"]
-        slim, inline = self.memory.slim_allowed, None
         values = checkpoint["channel_values"]
-        if slim:  # values without data go in the checkpoint document
-            inline = inline_values(values, metadata, self.serde)
-            values = {ch: v for ch, v in values.items() if ch not in inline}
+        versions = checkpoint["channel_versions"]
         # 1. plan
         parent_chains = yield from self._parent_chains(
             key, parent_id, values, versions, new_versions
@@ -443,8 +438,7 @@ class CheckpointOperations:
             self.serde,
             self.filterable_keys,
             plan.chains,
-            slim=slim,
-            inline=inline,
+            slim=self.memory.slim_allowed,
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         # 3. values: with the client-level bulk write, in one command with step 4

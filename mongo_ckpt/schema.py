@@ -25,11 +25,10 @@ Saver versions:
   3. A sparse ``doomed`` index on values and writes (maintenance marks what it deletes).
   4. List deltas (``listdelta.py``): a value may be a tail naming its ``base``; a
      reader of version 3 would take the tail for the whole list. No data changes.
-  5. Slim checkpoint documents (``documents.checkpoint_document``): values without data
-     (``None``) held ``inline``, with no value document, ``metadata_typed`` only when the
-     plain copy does not read back exactly, ``run_id`` and ``replay`` only when set, the
-     serialized checkpoint without its ``id``. A reader of version 4 would miss inline
-     values, the metadata and the id. No data changes: both layouts read.
+  5. Slim checkpoint documents (``documents.checkpoint_document``): ``metadata_typed``
+     only when the plain copy does not read back exactly, ``run_id`` and ``replay`` only
+     when set, the serialized checkpoint without its ``id``. A reader of version 4 would
+     miss the metadata and the id. No data changes: both layouts read.
 
 Store versions:
   1. One document per item.

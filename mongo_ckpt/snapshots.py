@@ -121,8 +121,7 @@ def history_rows(
 
 def stored_channels(doc: Mapping[str, Any]) -> set[str]:
     """Channels with a value at the checkpoint ``doc``: stored, or rebuilt from history."""
-    stored = [*doc.get("values", ()), *doc.get("inline", ())]
-    return {v["channel"] for v in stored} | set(doc.get("replay", ()))
+    return {v["channel"] for v in doc.get("values", ())} | set(doc.get("replay", ()))
 
 
 def _refs(doc: Mapping[str, Any]) -> set[Key]:

@@ -1,7 +1,8 @@
-"""Adversarial review (attack2) of the five checkpointer changes since 8543a52: each test
-reproduces one way to lose or misreport a value, and asserts what the contract
-(DESIGN.md §2, §2b, §3) or ``InMemorySaver`` gives. They fail on the code they were
-written against (main at 40059e5)."""
+"""Adversarial review of slim checkpoint documents (layout version 5): each test
+reproduces one way they lost or misreported a value, and asserts what the contract
+(DESIGN.md §2) or ``InMemorySaver`` gives. Findings 1, 2, 5 and 6 came from values without
+data held in the checkpoint document (since removed: every value has a value document);
+3 and 4 from the optional fields and the metadata stored once."""
 
 from __future__ import annotations
 

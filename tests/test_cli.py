@@ -387,8 +387,7 @@ def test_delete_asks_first_and_dry_run_changes_nothing(fresh: Written) -> None:
     before = fresh.stored("chat-bob")
     dry = fresh.json("delete", "chat-bob", "--dry-run")
     assert dry["dry_run"] is True
-    # ``branch:to:*`` holds no data: its value is in the checkpoint document.
-    assert dry["documents"] == {"checkpoints": 3, "values": 3, "writes": 3}
+    assert dry["documents"] == {"checkpoints": 3, "values": 4, "writes": 3}
     assert sum(dry["documents"].values()) == before[0]
     refused = fresh.invoke("delete", "chat-bob", input="n\n")
     assert refused.exit_code == 1 and "Delete 1 threads (3 checkpoints)?" in refused.output

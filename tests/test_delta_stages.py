@@ -138,18 +138,11 @@ def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
     assert doc == {
         "start": "c3",
         "chain": [
-            # ``inline``: the values a slim checkpoint document holds itself (none here).
-            {"id": "c3", "depth": 0, "parent": "c2", "stored": [], "inline": []},
-            {"id": "c2", "depth": 1, "parent": "c1", "stored": [], "inline": []},
-            {
-                "id": "c1",
-                "depth": 2,
-                "parent": "c0",
-                "stored": [{"channel": "m", "version": "1"}],
-                "inline": [],
-            },
-            {"id": "c0", "depth": 3, "parent": None, "stored": [], "inline": []},
-        ],
+            {"id": "c3", "depth": 0, "parent": "c2", "stored": []},
+            {"id": "c2", "depth": 1, "parent": "c1", "stored": []},
+            {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]},
+            {"id": "c0", "depth": 3, "parent": None, "stored": []},
+        ]
     }
     [short] = run(db, walk(max_depth=1))
     assert [(e["id"], e["depth"]) for e in short["chain"]] == [("c3", 0), ("c2", 1)]
@@ -167,15 +160,9 @@ def test_seed_depth_stages_add_each_channels_seed_depth(db: Any) -> None:
     assert short["l0"] == NO_SEED
 
 
-ROOT = {"id": "c0", "depth": 3, "parent": None, "stored": [], "inline": []}
-C1 = {
-    "id": "c1",
-    "depth": 2,
-    "parent": "c0",
-    "stored": [{"channel": "m", "version": "1"}],
-    "inline": [],
-}
-C2 = {"id": "c2", "depth": 1, "parent": "c1", "stored": [], "inline": []}
+ROOT = {"id": "c0", "depth": 3, "parent": None, "stored": []}
+C1 = {"id": "c1", "depth": 2, "parent": "c0", "stored": [{"channel": "m", "version": "1"}]}
+C2 = {"id": "c2", "depth": 1, "parent": "c1", "stored": []}
 
 
 def links(n: int) -> dict[str, Any]:
@@ -199,7 +186,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
             **links(4),
             "end": ROOT,
             # The version of each seed value found: "m" at c1.
-            "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
+            "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
         },
         {"channel": "m", "ids": [prefix + c for c in ("c3", "c2", "c1")]},
         {"channel": "n", "ids": [prefix + c for c in ("c3", "c2", "c1", "c0")]},
@@ -215,7 +202,7 @@ def test_work_item_stages_emit_one_document_per_lookup(db: Any) -> None:
         "unseeded": False,
         **links(3),
         "end": C1,
-        "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
+        "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
     }
     assert missing_ancestor(seeded, 2) is None  # stopped at the depth bound, not a gap
     # A walk that stops above c1 with "m" unseeded while c2 has a parent is cut.
@@ -311,7 +298,7 @@ def test_own_part_stages_keep_only_this_channels_parts(db: Any) -> None:
         "unseeded": True,
         **links(4),
         "end": ROOT,
-        "seeds": [{"channel": "m", "version": "1", "inline": [], "id": "c1"}],
+        "seeds": [{"channel": "m", "version": "1", "id": "c1"}],
         "w": None,
         "b": None,
     }

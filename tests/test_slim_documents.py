@@ -1,6 +1,5 @@
-"""Slim checkpoint documents (layout version 5): values without data held inline, the
-metadata once when its plain copy reads back exactly, optional fields only when set, the
-checkpoint id once.
+"""Slim checkpoint documents (layout version 5): the metadata once when its plain copy
+reads back exactly, optional fields only when set, the checkpoint id once.
 
 Every rule is checked where it matters: what reads back, and every other reader of
 checkpoint documents (``copy_thread``, ``prune``, ``delete_thread``, the DeltaChannel
@@ -26,7 +25,6 @@ from langgraph.graph.message import _messages_delta_reducer
 from typing_extensions import TypedDict
 
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from mongo_ckpt.snapshots import stored_channels
 from tests.saver_support import Api
 
 VALUES = {"count": 7, "word": "short", "items": [1, 2]}
@@ -62,30 +60,17 @@ async def test_the_checkpoint_reads_back_with_its_id(api: Api) -> None:
     assert listed.checkpoint == loaded.checkpoint
 
 
-async def test_values_without_data_are_held_inline_and_read_back(api: Api) -> None:
-    config = await _put(api, "t", {**VALUES, "branch:to:node": None, "empty": None})
-    doc = await _document(api, config)
-    assert [(e["channel"], e["type"], bytes(e["data"])) for e in doc["inline"]] == [
-        ("branch:to:node", "null", b""),
-        ("empty", "null", b""),
-    ]
-    assert {v["channel"] for v in doc["values"]} == set(VALUES)
-    assert {d["channel"] for d in await api.docs(BLOBS)} == set(VALUES)
-    assert stored_channels(doc) == {*VALUES, "branch:to:node", "empty"}
-    expected = {**VALUES, "branch:to:node": None, "empty": None}
-    assert (await api.get_tuple(config)).checkpoint["channel_values"] == expected
-    (listed,) = await api.list(generate_config("t"))
-    assert listed.checkpoint["channel_values"] == expected
-
-
 async def test_optional_fields_are_written_only_when_set(api: Api) -> None:
     doc = await _document(api, await _put(api, "t", VALUES))
-    assert {"inline", "replay", "run_id", "metadata_typed"}.isdisjoint(doc)
+    assert {"replay", "run_id", "metadata_typed"}.isdisjoint(doc)
     doc = await _document(api, await _put(api, "u", VALUES, run_id="r1"))
     assert doc["run_id"] == "r1"
     assert [t.config for t in await api.list(None, filter={"run_id": "r1"})] == [
         (await api.get_tuple(generate_config("u"))).config
     ]
+    # An empty run id is a run id: kept, so delete_for_runs([""]) finds it.
+    doc = await _document(api, await _put(api, "v", VALUES, run_id=""))
+    assert doc["run_id"] == ""
 
 
 @pytest.mark.parametrize(
@@ -139,14 +124,6 @@ async def test_a_rewritten_checkpoint_keeps_nothing_of_the_earlier_document(api:
     doc = await _document(api, config)
     assert {"metadata_typed", "run_id"}.isdisjoint(doc)
     assert (await api.get_tuple(config)).metadata == {"step": 2}
-    # A value inline, then stored: the rewrite keeps no inline entry, and the reverse.
-    none = {**checkpoint, "channel_values": {**VALUES, "count": None}}
-    config = await api.put(parent, none, {"step": 3}, versions)
-    assert [e["channel"] for e in (await _document(api, config))["inline"]] == ["count"]
-    assert (await api.get_tuple(config)).checkpoint["channel_values"]["count"] is None
-    config = await api.put(parent, checkpoint, {"step": 4}, versions)
-    assert "inline" not in await _document(api, config)
-    assert (await api.get_tuple(config)).checkpoint["channel_values"] == VALUES
 
 
 async def test_slim_documents_are_copied_kept_by_prune_and_deleted_with_the_thread(
@@ -158,7 +135,6 @@ async def test_slim_documents_are_copied_kept_by_prune_and_deleted_with_the_thre
     new = {"count": "2", "flag": "2"}
     latest = await api.put(first, second, {"source": "loop", "step": 0}, new)
     assert await api.count(CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == 0
-    assert await api.count(CHECKPOINTS, {"inline.channel": "flag"}) == 1
     latest_values = {**VALUES, "count": 8, "flag": None}
 
     await api.copy_thread("t", "copy")
@@ -187,9 +163,9 @@ class DeltaState(TypedDict):
 
 
 def _delta_graph(checkpointer: Any) -> Any:
-    """A chat on a DeltaChannel beside a plain channel and the branch to the reply (its
-    ``None`` inline): the messages rebuilt from history through slim documents
-    (``replay`` only where a DeltaChannel has no stored value)."""
+    """A chat on a DeltaChannel beside a plain channel and the branch to the reply: the
+    messages rebuilt from history through slim documents (``replay`` only where a
+    DeltaChannel has no stored value)."""
 
     def reply(state: dict[str, Any]) -> dict[str, Any]:
         seen = len(state["messages"])
@@ -214,8 +190,6 @@ async def test_delta_channel_history_through_slim_documents(api: Api) -> None:
     stored = {d["checkpoint_id"] for d in docs if "messages" in {v["channel"] for v in d["values"]}}
     replayed = {d["checkpoint_id"] for d in docs if "replay" in d}
     assert stored and replayed and not stored & replayed
-    assert await api.count(CHECKPOINTS, {"inline.channel": "branch:to:reply"}) == 7
-    assert await api.count(BLOBS, {"channel": "branch:to:reply"}) == 0
 
     history = await api.history(ours, config)
     expected = list(reference.get_state_history(config))
