@@ -36,7 +36,7 @@ from mongo_ckpt.layout import (
 )
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
-from mongo_ckpt.reading import MissingValueError
+from mongo_ckpt.reading import MissingValueError, blob_join_keys
 from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
 Stage = dict[str, Any]
@@ -320,34 +320,10 @@ def _seed_item(i: int, channel: str, prefix: dict[str, str]) -> dict[str, Any]:
     entries = _stored_entries(name)
     item = {
         "channel": name,
-        "bj": _blob_joins([prefix, {"$literal": channel + JOIN_SEP}], entries),
+        "bj": blob_join_keys(entries, [prefix, {"$literal": channel + JOIN_SEP}]),
         "vs": {"$map": {"input": entries, "as": "v", "in": "$$v.version"}},
     }
     return {"$map": {"input": _at_seed(i), "as": "a", "in": item}}
-
-
-def _blob_joins(prefix: list[Any], entries: dict[str, Any]) -> dict[str, Any]:
-    """The ``layout.blob_join`` keys of the value ``entries`` (``{"channel", "version"}``).
-
-    A version is a string, an int or a float; the key spells it as Python's ``str``.
-    ``$toString`` returns a string as it is and spells ints the same, but a whole double
-    without its ``.0`` on MongoDB (``1.0`` -> ``"1"``, where mongomock says ``"1.0"``), so
-    a number also gets the key with ``.0`` appended: whichever is stored is found.
-    """
-    spelled = {"$toString": "$$v.version"}
-    numbers = {"$filter": {"input": entries, "as": "v", "cond": {"$isNumber": "$$v.version"}}}
-    return {
-        "$concatArrays": [
-            {"$map": {"input": entries, "as": "v", "in": {"$concat": [*prefix, spelled]}}},
-            {
-                "$map": {
-                    "input": numbers,
-                    "as": "v",
-                    "in": {"$concat": [*prefix, spelled, {"$literal": ".0"}]},
-                }
-            },
-        ]
-    }
 
 
 def part_lookup_stages(collections: Mapping[str, str]) -> list[Stage]:
