@@ -480,7 +480,8 @@ def _delete_tombstoned(
         if doomed - gone:
             kept = {**keys_query(doomed - gone), DOOMED: token}
             yield from update_many(CHECKPOINTS, kept, UNTOMBSTONE)
-        survivors = [s for s in stored if key_of(s) not in gone and not _stillborn(s, gone)]
+        stillborn = [s for s in stored if key_of(s) not in gone and _stillborn(s, gone)]
+        survivors = [s for s in stored if key_of(s) not in gone and s not in stillborn]
         unused = needed_values(s for s in stored if key_of(s) in gone)
         unused -= needed_values(survivors)
         if gone - marked_writes:
@@ -498,6 +499,8 @@ def _delete_tombstoned(
     if gone:
         query = {**keys_query(gone), DOOMED: {"$exists": True}}
         deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
+        if stillborn:
+            yield from _unmark_confirmed(stillborn)
     return stored
 
 
@@ -507,6 +510,16 @@ def _stillborn(doc: Mapping[str, Any], gone: set[Key]) -> bool:
     it shares with the parent are marked with the parent's, not left behind unmarked."""
     parent = (doc["thread_id"], doc["checkpoint_ns"], doc.get("parent_checkpoint_id"))
     return bool(doc.get(PENDING)) and parent in gone
+
+
+def _unmark_confirmed(stillborn: Sequence[Mapping[str, Any]]) -> Operation[None]:
+    """Unmark the values of the ``stillborn`` checkpoints that were confirmed after all:
+    a put whose probe passed just before the parent's tombstone confirms its checkpoint
+    after the look that found it pending, and its values are no leftovers."""
+    found = yield from find(CHECKPOINTS, keys_query(key_of(s) for s in stillborn), projection=LOOK)
+    confirmed = [d for d in found if not d.get(PENDING)]
+    if confirmed:
+        yield from update_many(BLOBS, blob_keys_query(needed_values(confirmed)), UNMARK)
 
 
 def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:

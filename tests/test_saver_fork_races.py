@@ -14,6 +14,7 @@ one (sync) run each first position with the second right after it, one later, an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from mongo_ckpt import StaleParentError, maintenance
 from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
 from mongo_ckpt.drivers import aexecute, execute
+from mongo_ckpt.layout import PENDING
 from tests.backends import TARGETS, Target, target_params
 from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
 
@@ -195,3 +197,64 @@ async def test_fork_from_a_checkpoint_being_deleted(
     print(f"\n{name}, fork sharing {shares}: {calls} calls, {outcomes}")
     # Both outcomes happen: early interleavings spare the parent, late ones refuse the put.
     assert outcomes["stored"] and outcomes["refused"], outcomes
+
+
+async def _execute(api: Api, step: Call | NextBatch) -> Any:
+    if api.is_async:
+        return await aexecute(api.saver.collections, step)
+    return execute(api.saver.collections, step)
+
+
+def _tombstones(step: Call | NextBatch) -> bool:
+    """Whether ``step`` is maintenance tombstoning checkpoints."""
+    update = step.args[1] if isinstance(step, Call) and step.method == "update_many" else {}
+    return maintenance.DOOMED in update.get("$set", {})
+
+
+def _looks(step: Call) -> bool:
+    """Whether ``step`` is maintenance's read of the threads' checkpoints."""
+    return step.method == "find" and step.kwargs.get("projection") == maintenance.LOOK
+
+
+def _confirms(request: Any) -> bool:
+    """Whether ``request`` is a put's confirmation of its pending checkpoint."""
+    return getattr(request, "_doc", None) == {"$unset": {PENDING: ""}}
+
+
+@pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
+# The sweep spares the thread: the pending fork is recent activity.
+@pytest.mark.parametrize("name", ["delete_for_runs", "prune"])
+async def test_fork_confirmed_after_the_look_keeps_its_values_unmarked(
+    api: Api, target: Target, name: str
+) -> None:
+    """The fork's probe passes just before maintenance tombstones its parent, and its
+    confirmation (the last request of the same bulk write) lands after the look that
+    found it pending: its put stores it, and the value it shares with the parent, marked
+    as the parent's, is unmarked again before the maintenance call ends."""
+    fork = await Fork.build(api)
+    deleting = Relay(MAINTENANCE[name](api.saver.memory.forget))
+    writer = Relay(fork.put(api))
+    tombstoned = looked = False
+    while (step := writer.next_step()) is not None:
+        assert isinstance(step, (Call, NextBatch))
+        requests = step.args[0] if isinstance(step, Call) and step.method == "bulk_write" else []
+        if not requests or not _confirms(requests[-1]):
+            writer.returned(await _execute(api, step))
+            continue
+        result = await _execute(api, dataclasses.replace(step, args=(list(requests[:-1]),)))
+        while not looked and (later := deleting.next_step()) is not None:
+            assert isinstance(later, (Call, NextBatch))
+            deleting.returned(await _execute(api, later))
+            tombstoned = tombstoned or _tombstones(later)
+            looked = tombstoned and isinstance(later, Call) and _looks(later)
+        await _execute(api, dataclasses.replace(step, args=(list(requests[-1:]),)))
+        writer.returned(result)
+    assert looked, "the maintenance call read the thread while the fork was pending"
+    while (later := deleting.next_step()) is not None:
+        assert isinstance(later, (Call, NextBatch))
+        deleting.returned(await _execute(api, later))
+
+    fork_key = {**fork.parent["configurable"], "checkpoint_id": fork.checkpoint["id"]}
+    stored = await api.get_tuple({"configurable": fork_key})
+    assert stored is not None and stored.checkpoint["channel_values"] == fork.values
+    await assert_no_orphans(api)
