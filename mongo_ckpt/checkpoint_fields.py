@@ -15,7 +15,6 @@ def stored_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Chec
     values (the reader's to add)."""
     checkpoint: Checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
     checkpoint.setdefault("id", doc["checkpoint_id"])  # a slim document keeps it once
-    checkpoint["channel_values"] = {}
     return checkpoint
 
 

@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import DeleteMany, UpdateOne
 
+from mongo_ckpt.checkpoint_fields import stored_metadata
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
@@ -80,10 +81,6 @@ def check_checkpoint_size(doc: Mapping[str, Any]) -> None:
             "limit: its metadata is stored twice, so keep metadata well under 7 MiB and "
             "put large data in channel values"
         )
-
-
-def _typed(field: Mapping[str, Any]) -> tuple[str, bytes]:
-    return field["type"], bytes(field["data"])
 
 
 def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
@@ -163,7 +160,7 @@ def checkpoint_document(
     }
     if not slim:
         return doc
-    if _reads_back(plain, serde.loads_typed(_typed(doc["metadata_typed"]))):
+    if _reads_back(plain, stored_metadata(serde, doc)):
         del doc["metadata_typed"]
     # An optional field is left out when unset: no run id, nothing to replay ("" is a run id).
     return {k: v for k, v in doc.items() if k not in OPTIONAL_FIELDS or v not in (None, [])}

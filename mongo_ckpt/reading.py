@@ -305,11 +305,11 @@ class Loaded:
         """The ``CheckpointTuple`` of checkpoint document ``doc``: values and writes decoded."""
         thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
         checkpoint = stored_checkpoint(self.serde, doc)
-        checkpoint["channel_values"].update(
-            (ref["channel"], self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"]))
+        checkpoint["channel_values"] = {
+            ref["channel"]: self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"])
             for ref in doc.get("values", ())
             if not ref.get("base")
-        )
+        }
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(
             config=_config(thread_id, checkpoint_ns, checkpoint_id),
