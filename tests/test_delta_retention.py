@@ -70,6 +70,8 @@ async def test_automatic_sweep(api: Api) -> None:
     graph = api.compile(builder(SMALL, delta=True))
     for thread_id in ("idle", "fresh"):
         await play(api, graph, SMALL, RUN[:1], thread_id)
+    # The sweeps these puts started, done before "idle" ages: not one that would find it.
+    assert await api.join_sweep(timeout=60)
     fresh = await documents(api.saver, "fresh")
     await age(api.saver, "idle")
     idle = await documents(api.saver, "idle")
