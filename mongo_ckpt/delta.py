@@ -18,6 +18,7 @@ literals are not evaluated as expressions by every backend.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
@@ -93,17 +94,63 @@ def range_history_pipeline(
     ]
 
 
+def tuple_history_pipeline(
+    collections: Mapping[str, str],
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str | None,
+    channels: Sequence[str],
+    floor: str | None,
+    limit: int,
+) -> list[Stage]:
+    """``reading.tuple_pipeline`` and ``range_history_pipeline`` in one aggregation: the
+    checkpoint ``checkpoint_id`` (the newest one if ``None``) with its values and
+    pending writes, and the history of ``channels`` there, from one range read.
+
+    Output: ``range_history_pipeline``'s documents, plus ``{"checkpoint": doc}`` once,
+    ``{"tv": True, "b": part}`` per part of a value it names and ``{"tw": True, "w":
+    part}`` per part of its writes (``split_prefetched`` turns these into
+    ``tuple_pipeline``'s). Nothing when the newest checkpoint of the range is not the one
+    asked for or is pending: the caller reads the tuple alone.
+    """
+    return [
+        *range_chain_stages(thread_id, checkpoint_ns, checkpoint_id, floor, limit, whole=True),
+        *_history_stages(collections, thread_id, checkpoint_ns, channels, MAX_DEPTH, True),
+    ]
+
+
+def split_prefetched(
+    docs: Iterable[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """``tuple_history_pipeline`` output as ``reading.tuple_pipeline`` output (for
+    ``reading.split_joined``) and ``range_history_pipeline`` output (for ``on_chain``)."""
+    tuple_docs: list[Mapping[str, Any]] = []
+    history: list[Mapping[str, Any]] = []
+    for d in docs:
+        if d.get("checkpoint") is not None:
+            tuple_docs.append({"checkpoint": d["checkpoint"]})
+        elif d.get("tv"):
+            tuple_docs.append({"value": d["b"]})
+        elif d.get("tw"):
+            tuple_docs.append({"write": d["w"]})
+        else:
+            history.append(d)
+    return tuple_docs, history
+
+
 def _history_stages(
     collections: Mapping[str, str],
     thread_id: str,
     checkpoint_ns: str,
     channels: Sequence[str],
     max_depth: int,
+    whole: bool = False,
 ) -> list[Stage]:
-    """The stages after the chain: seeds, lookups and the parts found."""
+    """The stages after the chain: seeds, lookups and the parts found (``whole``: and the
+    target's tuple, ``tuple_history_pipeline``)."""
     return [
         *seed_depth_stages(channels),
-        *work_item_stages(thread_id, checkpoint_ns, channels, max_depth),
+        *work_item_stages(thread_id, checkpoint_ns, channels, max_depth, whole),
         *part_lookup_stages(collections),
         *own_part_stages(thread_id, checkpoint_ns),
     ]
@@ -130,17 +177,27 @@ def target_stages(target: Mapping[str, Any]) -> list[Stage]:
 
 
 def range_chain_stages(
-    thread_id: str, checkpoint_ns: str, checkpoint_id: str, floor: str | None, limit: int
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str | None,
+    floor: str | None,
+    limit: int,
+    whole: bool = False,
 ) -> list[Stage]:
     """Emits ``{"start", "chain"}`` as ``chain_stages`` does, from the newest ``limit``
-    checkpoints of the thread and namespace with ids at most ``checkpoint_id`` (and at
-    least ``floor``), read on the ``checkpoint_key`` index: the first must be the target,
-    not pending (else nothing is emitted, as ``target_stages`` finds none), the others are
-    the chain, ``depth`` their place in id order. Numbered by ``$unwind``'s
-    ``includeArrayIndex`` (not every backend has ``$setWindowFields`` or ``$range``)."""
-    ids: dict[str, str] = {"$lte": checkpoint_id}
+    checkpoints of the thread and namespace with ids at most ``checkpoint_id`` (any, if
+    ``None``) and at least ``floor``, read on the ``checkpoint_key`` index: the first must
+    be the target, not pending (else nothing is emitted, as ``target_stages`` finds none),
+    the others are the chain, ``depth`` their place in id order. Numbered by ``$unwind``'s
+    ``includeArrayIndex`` (not every backend has ``$setWindowFields`` or ``$range``).
+    ``whole``: the target's document too, as ``checkpoint``."""
+    ids: dict[str, str] = {}
+    if checkpoint_id is not None:
+        ids["$lte"] = checkpoint_id
     if floor is not None:
         ids["$gte"] = floor
+    at_target: dict[str, Any] = {} if checkpoint_id is None else {"target": checkpoint_id}
+    target_doc: dict[str, Any] = {"checkpoint": {"$first": "$$ROOT"}} if whole else {}
     entry = {
         "id": "$checkpoint_id",
         "parent": {"$ifNull": ["$parent_checkpoint_id", None]},
@@ -154,11 +211,14 @@ def range_chain_stages(
         "stored": "$e.stored",
     }
     is_ancestor = {"$gte": ["$$a.depth", 0]}
+    scope: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if ids:
+        scope["checkpoint_id"] = ids
     return [
-        {"$match": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": ids}},
+        {"$match": scope},
         {"$sort": {"checkpoint_id": -1}},
         {"$limit": limit},
-        {"$group": {"_id": None, "e": {"$push": entry}}},
+        {"$group": {"_id": None, "e": {"$push": entry}, **target_doc}},
         {"$unwind": {"path": "$e", "includeArrayIndex": "at"}},
         {
             "$group": {
@@ -167,9 +227,10 @@ def range_chain_stages(
                 PENDING: {"$first": f"$e.{PENDING}"},
                 "start": {"$first": "$e.parent"},
                 "chain": {"$push": numbered},
+                **({"checkpoint": {"$first": "$checkpoint"}} if whole else {}),
             }
         },
-        {"$match": {"target": checkpoint_id, **NOT_PENDING}},
+        {"$match": {**at_target, **NOT_PENDING}},
         {"$addFields": {"chain": {"$filter": {"input": "$chain", "as": "a", "cond": is_ancestor}}}},
     ]
 
@@ -237,13 +298,19 @@ def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:
 
 
 def work_item_stages(
-    thread_id: str, checkpoint_ns: str, channels: Sequence[str], max_depth: int
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    max_depth: int,
+    whole: bool = False,
 ) -> list[Stage]:
     """Emits one document per lookup to make: ``{"chain": [ids up to the deepest seed],
     "cut": bool, "unseeded": bool, ...}``, then per channel ``{"channel", "ids": [write
     join keys up to its seed]}`` and, for a seeded channel, ``{"channel", "bj": [join
     keys of its seed value and of the list-delta bases it is rebuilt from], "vs": [their
-    versions]}``.
+    versions]}``; with ``whole`` first ``{"checkpoint"}``, ``{"tv": True, "bj": [join keys
+    of its values]}`` and ``{"tw": True, "ids": [join key of its writes]}``, each looking
+    up ``""`` (which no join key is) where it has nothing to look up.
     """
     names = _names(channels)
     # Join keys (see ``layout.write_join`` / ``layout.blob_join``) scope every lookup
@@ -271,11 +338,26 @@ def work_item_stages(
         for i, name in enumerate(names)
     ]
     seed_items = [_seed_item(i, channel, prefix) for i, channel in enumerate(channels)]
-    items = {"$concatArrays": [chain_item, *write_items, *seed_items]}
+    target_items = _target_items(prefix) if whole else []
+    items = {"$concatArrays": [*target_items, chain_item, *write_items, *seed_items]}
     return [
         {"$project": {"_id": 0, "items": items}},
         {"$unwind": "$items"},
         {"$replaceRoot": {"newRoot": "$items"}},
+    ]
+
+
+def _target_items(prefix: dict[str, str]) -> list[dict[str, Any]]:
+    """The target's work items (``work_item_stages`` with ``whole``)."""
+    names = {"$ifNull": ["$checkpoint.values", []]}
+    values = blob_join_keys(names, [prefix, "$$v.channel", {"$literal": JOIN_SEP}])
+    writes = _one({"$concat": [prefix, "$checkpoint.checkpoint_id"]})
+    return [
+        _one({"checkpoint": "$checkpoint", "bj": "", "ids": ""}),
+        _one(
+            {"tv": True, "bj": {"$cond": [{"$gt": [{"$size": names}, 0]}, values, ""]}, "ids": ""}
+        ),
+        _one({"tw": True, "bj": "", "ids": writes}),
     ]
 
 
@@ -369,10 +451,19 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
     # Of the join keys tried for a numeric version, only the stored version's part counts.
     own_version = {"$in": ["$b.version", {"$ifNull": ["$vs", []]}]}
 
+    # The target's own parts (``tv``, ``tw``): ``reading.split_joined`` checks them.
+    own_thread = {"$eq": ["$b.thread_id", {"$literal": thread_id}]}
+    target_value = {"$and": [{"$eq": ["$tv", True]}, own_thread]}
+    target_write = {
+        "$and": [{"$eq": ["$tw", True]}, {"$eq": ["$w.thread_id", {"$literal": thread_id}]}]
+    }
     return [
         {
             "$project": {
                 "_id": 0,
+                "checkpoint": 1,
+                "tv": 1,
+                "tw": 1,
                 "chain": 1,
                 "cut": 1,
                 "unseeded": 1,
@@ -380,13 +471,18 @@ def own_part_stages(thread_id: str, checkpoint_ns: str) -> list[Stage]:
                 "parents": 1,
                 "end": 1,
                 "seeds": 1,
-                "w": {"$cond": [own("$w"), "$w", None]},
-                "b": {"$cond": [own("$b", own_version), "$b", None]},
+                "w": {"$cond": [{"$or": [target_write, own("$w")]}, "$w", None]},
+                "b": {"$cond": [{"$or": [target_value, own("$b", own_version)]}, "$b", None]},
             }
         },
         {
             "$match": {
-                "$or": [{"chain": {"$exists": True}}, {"w": {"$ne": None}}, {"b": {"$ne": None}}]
+                "$or": [
+                    {"checkpoint": {"$exists": True}},
+                    {"chain": {"$exists": True}},
+                    {"w": {"$ne": None}},
+                    {"b": {"$ne": None}},
+                ]
             }
         },
     ]
@@ -499,6 +595,23 @@ def on_chain(
     linear = {**head, "chain": ancestors}
     writes = [d for d in docs if d.get("w") and d["w"]["checkpoint_id"] in kept]
     return [linear, *writes, *(d for d in docs if d.get("b"))]
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """A history range read, judged: its output kept to the target's parent chain
+    (``on_chain``), or ``None`` when it cannot stand for the walk, and then whether its
+    limit cut it short (``range_cut_short``: the walk must not trust the counters)."""
+
+    docs: list[Mapping[str, Any]] | None
+    cut: bool = False
+
+
+def judged(docs: Iterable[Mapping[str, Any]], channels: Sequence[str], limit: int) -> RangeRead:
+    """The ``RangeRead`` of the output of a range read of ``limit`` checkpoints."""
+    docs = list(docs)
+    kept = on_chain(docs, channels)
+    return RangeRead(kept, kept is None and range_cut_short(docs, limit))
 
 
 def range_cut_short(docs: Iterable[Mapping[str, Any]], limit: int) -> bool:

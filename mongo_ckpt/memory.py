@@ -1,9 +1,9 @@
 """What one saver instance remembers, so that reads and writes after it save round trips.
 
 - Per checkpoint it read or wrote (``CACHED_CHECKPOINTS`` of them): the chains its
-  ``values`` names, which a ``put`` on it keeps for its unchanged list channels, and
-  LangGraph's snapshot counters, which bound the DeltaChannel history walk that follows
-  a read (``snapshot_distance``).
+  ``values`` names, which a ``put`` on it keeps for its unchanged list channels, the
+  DeltaChannels it replays, and LangGraph's snapshot counters, which bound the
+  DeltaChannel history read that follows a read (``snapshot_distance``).
 - Per thread and namespace, the checkpoint it wrote last and the chains it wrote there in
   a row, with the element digests of their latest values; and per checkpoint it read
   with ``get_tuple``, the chains that read found, with their stored bytes (digested only
@@ -15,12 +15,15 @@
 - Per thread and namespace (``CACHED_CHECKPOINTS`` of them), the DeltaChannel seeds the
   history read at its newest target found: their ids bound the next read's range
   (``delta.range_history_pipeline``) from below.
+- Per checkpoint (``PREFETCHED_BYTES`` of their stored parts, ``PREFETCH_SECONDS`` at
+  most), the DeltaChannel history its ``get_tuple`` read along
+  (``delta.tuple_history_pipeline``), taken by the history call that follows.
 - Whether the database's recorded layout allows list deltas, and when to read it again.
 
 One lock guards it all (LangGraph calls a sync saver from several threads, an async one
 from several tasks; nothing yields while holding it), one eviction (least recently used
-first, past a budget) bounds both maps, and one ``forget`` drops a thread from both when
-it is deleted.
+first, past a budget) bounds every map, and one ``forget`` drops a thread from all of
+them when it is deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from time import monotonic
 from typing import Any, Generic, TypeVar
 
+from mongo_ckpt.delta import RangeRead
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
@@ -43,6 +47,10 @@ CACHE_BYTES = 32 * 2**20
 THREAD_BYTES = 1024
 # Checkpoints whose ``values`` (with bases) and snapshot counters one instance remembers.
 CACHED_CHECKPOINTS = 4096
+# DeltaChannel histories read by ``get_tuple``, held for the ``get_delta_channel_history``
+# LangGraph makes right after it (taken once): their stored bytes, and for how long.
+PREFETCHED_BYTES = 16 * 2**20
+PREFETCH_SECONDS = 10.0
 # While the database does not allow deltas, how often a saver reads its layout version
 # again, so an upgrade by another process takes effect without a restart.
 LAYOUT_RECHECK_SECONDS = 60.0
@@ -103,10 +111,27 @@ class _Head:
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    """A checkpoint read or written: the chains it names, and its snapshot counters."""
+    """A checkpoint read or written: the chains it names, its snapshot counters and the
+    DeltaChannels it replays (its ``replay``)."""
 
     chains: dict[str, list[Any]] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    replay: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefetched:
+    """A history range read made by ``get_tuple`` for ``channels``, kept until ``deadline``."""
+
+    channels: frozenset[str]
+    read: RangeRead
+    deadline: float
+
+    @property
+    def nbytes(self) -> int:
+        """The stored bytes of the parts it holds, and ``THREAD_BYTES`` for the rest."""
+        parts = (d.get(p) for d in self.read.docs or () for p in ("w", "b"))
+        return THREAD_BYTES + sum(len(part.get("data") or b"") for part in parts if part)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +165,9 @@ class CheckpointMemory:
         self._heads: _Lru[tuple[str, ...], _Head] = _Lru(cache_bytes, lambda h: h.nbytes)
         self._seen: _Lru[CheckpointKey, _Seen] = _Lru(checkpoints, lambda _: 1)
         self._seeds: _Lru[tuple[str, str], _Seeds] = _Lru(checkpoints, lambda _: 1)
+        self._prefetched: _Lru[CheckpointKey, _Prefetched] = _Lru(
+            PREFETCHED_BYTES, lambda p: p.nbytes
+        )
 
     # -- the layout version ---------------------------------------------------------
 
@@ -173,7 +201,11 @@ class CheckpointMemory:
         chains ``found`` (``listdelta.read_chains``) for a ``put`` on it, unless it is the
         checkpoint this instance wrote last (whose digests it holds already)."""
         key = _key(doc)
-        seen = _Seen(chains_of(doc.get("values", ())), supersteps_since_snapshot(metadata))
+        seen = _Seen(
+            chains_of(doc.get("values", ())),
+            supersteps_since_snapshot(metadata),
+            tuple(doc.get("replay") or ()),
+        )
         with self._lock:
             self._seen.put(key, seen)
             if not found or not self.deltas_enabled:
@@ -189,7 +221,7 @@ class CheckpointMemory:
         chains = chains_of(doc.get("values", ()))
         with self._lock:
             known = self._seen.get(key)
-            self._seen.put(key, _Seen(chains, known.steps if known else {}))
+            self._seen.put(key, _Seen(chains, *((known.steps, known.replay) if known else ())))
 
     def known_chains(self, key: CheckpointKey) -> dict[str, list[Any]] | None:
         """The chains the checkpoint ``key`` names, if this instance has seen it."""
@@ -242,17 +274,64 @@ class CheckpointMemory:
                 head = self._heads.get((*key[:2], parent_id))
         return head.links if head is not None else {}
 
-    def wrote(self, key: CheckpointKey, plan: Plan, parent_id: str | None = None) -> None:
+    def wrote(
+        self,
+        key: CheckpointKey,
+        plan: Plan,
+        parent_id: str | None = None,
+        doc: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         """A checkpoint was stored on ``parent_id`` as ``plan`` says: the next ``put`` on it
-        may write deltas, and it names ``plan.chains``. What a read of the parent found is
-        dropped: the new checkpoint carries it on."""
+        may write deltas, and it names ``plan.chains``; its document ``doc`` and
+        ``metadata`` say what it replays and how far its seeds are. What a read of the
+        parent found is dropped: the new checkpoint carries it on."""
         thread_id, checkpoint_ns, checkpoint_id = key
+        steps = supersteps_since_snapshot(metadata or {})
+        replay = tuple((doc or {}).get("replay") or ())
         with self._lock:
             self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
             if parent_id is not None:
                 self._heads.drop([(thread_id, checkpoint_ns, parent_id)])
-            known = self._seen.get(key)
-            self._seen.put(key, _Seen(plan.chains, known.steps if known else {}))
+            self._seen.put(key, _Seen(plan.chains, steps, replay))
+
+    # -- the DeltaChannel history read with ``get_tuple`` ---------------------------
+
+    def replayed(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> tuple[CheckpointKey, tuple[str, ...]] | None:
+        """The checkpoint a ``get_tuple`` of ``checkpoint_id`` (or of the latest one: the
+        one this instance wrote last there) is expected to find, and the DeltaChannels it
+        replays; ``None`` unless this instance has seen it and it replays some."""
+        with self._lock:
+            if checkpoint_id is None:
+                head = self._heads.get((thread_id, checkpoint_ns))
+                if head is None:
+                    return None
+                checkpoint_id = head.checkpoint_id
+            key = (thread_id, checkpoint_ns, checkpoint_id)
+            seen = self._seen.get(key)
+        if seen is None or not seen.replay:
+            return None
+        return key, seen.replay
+
+    def prefetched(self, key: CheckpointKey, channels: Sequence[str], read: RangeRead) -> None:
+        """A ``get_tuple`` of ``key`` read the history of ``channels`` there: kept for the
+        ``get_delta_channel_history`` LangGraph makes right after, at most
+        ``PREFETCH_SECONDS``."""
+        entry = _Prefetched(frozenset(channels), read, monotonic() + PREFETCH_SECONDS)
+        with self._lock:
+            self._prefetched.put(key, entry)
+
+    def take_prefetched(self, key: CheckpointKey, channels: Sequence[str]) -> RangeRead | None:
+        """The history read ``prefetched`` at ``key`` if it was of ``channels`` exactly and
+        is not older than ``PREFETCH_SECONDS``; taken once."""
+        with self._lock:
+            entry = self._prefetched.get(key)
+            self._prefetched.drop([key])
+        if entry is None or monotonic() > entry.deadline or entry.channels != set(channels):
+            return None
+        return entry.read
 
     @property
     def cached_bytes(self) -> int:
@@ -268,6 +347,7 @@ class CheckpointMemory:
             self._heads.drop([k for k in self._heads.held() if k[0] in gone])
             self._seen.drop([k for k in self._seen.held() if k[0] in gone])
             self._seeds.drop([k for k in self._seeds.held() if k[0] in gone])
+            self._prefetched.drop([k for k in self._prefetched.held() if k[0] in gone])
 
 
 def _key(doc: Mapping[str, Any]) -> CheckpointKey:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -64,12 +64,13 @@ from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
     history_pipeline,
+    judged,
     missing_ancestor,
-    on_chain,
-    range_cut_short,
     range_history_pipeline,
     range_limit,
     seed_ids,
+    split_prefetched,
+    tuple_history_pipeline,
     walk_cut_short,
 )
 from mongo_ckpt.documents import (
@@ -136,6 +137,15 @@ _KEY_FIELDS = {
 }
 NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
+
+
+class _Prefetch(NamedTuple):
+    """A ``get_tuple`` that reads a DeltaChannel history along: its aggregation, the
+    channels and the checkpoints its range read takes."""
+
+    pipeline: list[Document]
+    channels: Sequence[str]
+    limit: int
 
 
 class ThreadExistsError(MongoCkptError, ValueError):
@@ -258,12 +268,27 @@ class CheckpointOperations:
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         """The checkpoint with its values and pending writes: one aggregation
         (``reading.tuple_pipeline``), and a ``find`` only for values the join did not
-        bring whole (stored without a ``join`` key, or deleted meanwhile)."""
-        query = checkpoint_query(*thread_key(config))
+        bring whole (stored without a ``join`` key, or deleted meanwhile).
+
+        When this instance knows the checkpoint it will find (the latest: the one it wrote
+        last) and that checkpoint replays DeltaChannels, the aggregation also reads their
+        history (``delta.tuple_history_pipeline``), kept for the
+        ``get_delta_channel_history`` LangGraph makes next; if the range read does not
+        start at a checkpoint to return, the tuple is read alone."""
+        thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
+        query = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
         pipeline = tuple_pipeline(query, self.layout.by_logical())
+        prefetch = self._prefetch(thread_id, checkpoint_ns, checkpoint_id)
         attempts = 0
         while True:
-            docs = yield from aggregate(CHECKPOINTS, pipeline)
+            history: list[Mapping[str, Any]] | None = None
+            docs: Sequence[Mapping[str, Any]] = []
+            if prefetch is not None and attempts == 0:
+                both = yield from aggregate(CHECKPOINTS, prefetch.pipeline)
+                docs, history = split_prefetched(both)
+            if not docs:  # no prefetch, or its range did not start at a checkpoint to return
+                history = None
+                docs = yield from aggregate(CHECKPOINTS, pipeline)
             doc, value_docs, write_docs = split_joined(docs)
             if doc is None:
                 return None
@@ -274,12 +299,36 @@ class CheckpointOperations:
                 if more:
                     loaded = Loaded(self.serde, [*value_docs, *more], write_docs)
             try:
-                return self._noted(loaded, doc, bases=True)
+                result = self._noted(loaded, doc, bases=True)
             except MissingValueError:
                 attempts += 1
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
                     raise
-                # Deleted (by maintenance) while it was read: read again.
+                continue  # deleted (by maintenance) while it was read: read again
+            if prefetch is not None and history is not None:
+                found = (thread_id, checkpoint_ns, doc["checkpoint_id"])
+                judgement = judged(history, prefetch.channels, prefetch.limit)
+                self.memory.prefetched(found, prefetch.channels, judgement)
+            return result
+
+    def _prefetch(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> _Prefetch | None:
+        """The ``tuple_history_pipeline`` of a ``get_tuple``, when this instance expects the
+        checkpoint it finds to replay DeltaChannels and knows a bound of their seeds."""
+        expected = self.memory.replayed(thread_id, checkpoint_ns, checkpoint_id)
+        if expected is None:
+            return None
+        key, channels = expected
+        floor = self.memory.seed_floor(key, channels)
+        limit = range_limit(self.memory.walk_depth(key, channels), floor)
+        if limit is None:
+            return None
+        collections = self.layout.by_logical()
+        pipeline = tuple_history_pipeline(
+            collections, thread_id, checkpoint_ns, checkpoint_id, channels, floor, limit
+        )
+        return _Prefetch(pipeline, channels, limit)
 
     def _noted(
         self, loaded: Loaded, doc: Mapping[str, Any], bases: bool = False
@@ -304,25 +353,28 @@ class CheckpointOperations:
             _, latest = yield from self._walked_history(thread_id, checkpoint_ns, None, channels)
             return latest
         key = (thread_id, checkpoint_ns, checkpoint_id)
+        # Read already by the get_tuple that found this checkpoint, or a range read now.
+        read = self.memory.take_prefetched(key, channels)
         depth = self.memory.walk_depth(key, channels)
-        floor = self.memory.seed_floor(key, channels)
-        limit = range_limit(depth, floor)
-        docs: Sequence[Mapping[str, Any]] | None = None
-        if limit is not None:
-            collections = self.layout.by_logical()
-            pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
-            read = yield from aggregate(CHECKPOINTS, pipeline)
-            docs = on_chain(read, channels)
-            if docs is None and range_cut_short(read, limit):
+        if read is None:
+            floor = self.memory.seed_floor(key, channels)
+            limit = range_limit(depth, floor)
+            if limit is not None:
+                collections = self.layout.by_logical()
+                pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
+                read = judged((yield from aggregate(CHECKPOINTS, pipeline)), channels, limit)
+        if read is None or read.docs is None:
+            # No bound known, or the range did not reach every seed: walk the parents
+            # (as far as LangGraph's bound when the counters understated the distance).
+            if read is not None and read.cut:
                 depth = MAX_DEPTH
-        if docs is None:
-            # No bound known, or the range did not reach every seed: walk the parents.
             docs, history = yield from self._walked_history(
                 thread_id, checkpoint_ns, checkpoint_id, channels, depth
             )
+            self.memory.found_seeds(key, seed_ids(docs))
         else:
-            history = assemble(docs, channels, self.serde, thread_id, checkpoint_ns)
-        self.memory.found_seeds(key, seed_ids(docs))
+            history = assemble(read.docs, channels, self.serde, thread_id, checkpoint_ns)
+            self.memory.found_seeds(key, seed_ids(read.docs))
         return history
 
     def _walked_history(
@@ -472,7 +524,7 @@ class CheckpointOperations:
             mine = 0 in maintenance.upserted(written)  # this call inserted the checkpoint
             yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
             yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
-        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan, parent_id)
+        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata)
         return {"configurable": key}
 
     def _adopt_stored(

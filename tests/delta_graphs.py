@@ -233,8 +233,11 @@ async def all_states(
 
 class DefaultWalk:
     """``BaseCheckpointSaver``'s own ``get_delta_channel_history``: its walk over the
-    saver's ``get_tuple``, with each checkpoint read once (the thread must not change
-    while it is compared), so walking from every checkpoint of a thread stays cheap."""
+    saver's checkpoints, each read once (the thread must not change while it is
+    compared), so walking from every checkpoint of a thread stays cheap. They are read
+    with ``list`` of the checkpoint's own config, the same tuple as ``get_tuple``: the
+    saver's ``get_tuple`` may read a history along (``delta.tuple_history_pipeline``),
+    which the walk must neither pay for nor leave to the override it is compared with."""
 
     def __init__(self, saver: MongoSaverBase) -> None:
         self.saver = saver
@@ -243,13 +246,14 @@ class DefaultWalk:
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         key = _checkpoint_key(config)
         if key not in self.tuples:
-            self.tuples[key] = self.saver.get_tuple(config)
+            self.tuples[key] = next(iter(self.saver.list(config, limit=1)), None)
         return self.tuples[key]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         key = _checkpoint_key(config)
         if key not in self.tuples:
-            self.tuples[key] = await self.saver.aget_tuple(config)
+            found = [t async for t in self.saver.alist(config, limit=1)]
+            self.tuples[key] = found[0] if found else None
         return self.tuples[key]
 
     async def histories(self, config: RunnableConfig, channels: Sequence[str]) -> tuple[Any, Any]:
@@ -269,7 +273,8 @@ class DefaultWalk:
 class HistoryWalks:
     """Wraps a saver's ``checkpoints`` collection (``restore`` unwraps it) and keeps the
     ``$graphLookup`` ``maxDepth`` of every history walk sent to it, and the reading stages
-    (``$match``, ``$sort``, ``$limit``) of every history range read."""
+    (``$match``, ``$sort``, ``$limit``) of every history range read (a ``get_tuple``'s
+    among them: ``delta.tuple_history_pipeline``)."""
 
     def __init__(self, saver: MongoSaverBase) -> None:
         self.saver = saver
@@ -285,8 +290,7 @@ class HistoryWalks:
         self.max_depths += [
             stage["$graphLookup"]["maxDepth"] for stage in pipeline if "$graphLookup" in stage
         ]
-        ids = pipeline[0].get("$match", {}).get("checkpoint_id")
-        if isinstance(ids, dict) and "$lte" in ids:  # delta.range_chain_stages
+        if "$group" in pipeline[3]:  # delta.range_chain_stages: $match, $sort, $limit, $group
             self.ranges.append(pipeline[:3])
         return self.inner.aggregate(pipeline, *args, **kwargs)
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from mongo_ckpt import AsyncMongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
 from tests.delta_graphs import (
     CHANNEL,
@@ -70,6 +71,9 @@ async def read_thread(
     in-process backend, which scans whole collections, stays fast."""
     graph = api.compile(builder(shape, delta=seen is not None))
     await play(api, graph, shape, steps, thread_id)
+    # Histories the run's get_tuple calls read along that LangGraph did not ask for (a
+    # get_tuple before update_state) are dropped: each read counted below is the override's.
+    api.saver.memory.forget([thread_id])
     tuples = await api.list(thread(thread_id))
     if seen is not None:
         await check_histories(api.saver, tuples, seen)
@@ -106,6 +110,11 @@ async def check_histories(
                 f"{t.config}, {reads}"
             )
             seen["range reads"] += reads == (1, 0)
+        if (
+            CHANNEL in t.checkpoint["channel_versions"]
+            and CHANNEL not in t.checkpoint["channel_values"]
+        ):
+            await check_prefetched(saver, walk, walks, t, seen)
         seen["seeded" if "seed" in override[CHANNEL] else "unseeded"] += 1
         seen["with writes"] += bool(override[CHANNEL]["writes"])
         writers = {task for task, channel, _ in t.pending_writes if channel == CHANNEL}
@@ -114,6 +123,29 @@ async def check_histories(
     seen["namespaces"] += len({namespace(t.config) for t in tuples}) > 1
     parents = Counter((namespace(t.config), _parent_id(t)) for t in tuples)
     seen["forks"] += any(n > 1 for (_, parent), n in parents.items() if parent)
+
+
+async def check_prefetched(
+    saver: MongoSaverBase,
+    walk: DefaultWalk,
+    walks: HistoryWalks,
+    t: CheckpointTuple,
+    seen: Counter,
+) -> None:
+    """What LangGraph does to load a checkpoint that replays the channel: ``get_tuple``,
+    then the history. The history the ``get_tuple`` read along, when it could
+    (``delta.tuple_history_pipeline``), equals the base class's walk, and costs no read."""
+    if isinstance(saver, AsyncMongoDBSaver):
+        loaded = await saver.aget_tuple(t.config)
+    else:
+        loaded = saver.get_tuple(t.config)
+    assert loaded is not None and loaded.checkpoint == t.checkpoint
+    walks.clear()
+    history, default = await walk.histories(t.config, [CHANNEL])
+    assert history == default, f"{t.config}, after get_tuple"
+    reads = (len(walks.ranges), len(walks.max_depths))
+    assert reads in {(0, 0), (1, 0), (0, 1), (1, 1)}, f"{t.config}, {reads}"
+    seen["histories read with the tuple"] += reads == (0, 0)
 
 
 async def test_generated_threads(api: Api) -> None:
@@ -133,6 +165,7 @@ async def test_generated_threads(api: Api) -> None:
         "namespaces",
         "forks",
         "range reads",
+        "histories read with the tuple",
         "exit",
         "async",
         "sync",

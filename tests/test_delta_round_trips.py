@@ -145,14 +145,28 @@ def _expected(*ancestors: str) -> dict[str, Any]:
     return {CHANNEL: {"seed": ["seed at c0"], "writes": writes}}
 
 
+async def _load(api: Api, config: RunnableConfig) -> tuple[Any, int]:
+    """What LangGraph does to load the state at ``config``: ``get_tuple``, then the history
+    (which the ``get_tuple`` may have read along); the history and the load's round trips."""
+    calls = count_calls(api.saver.collections)
+    assert await api.get_tuple(config) is not None
+    read = total(calls)
+    history, trips = await _history(api, config)
+    return history, read + trips
+
+
 async def test_fork_siblings_inside_the_range_are_not_history(api: Api) -> None:
     configs = await _put_fork(api, snapshot_at_c3=False)
-    await api.get_tuple(configs["c6"])  # notes c6's counters: its seed is 3 steps up
-    # The range the counters allow (c6 and 3 checkpoints below) holds siblings c3 and c4:
-    # it does not reach the seed, and the walk follows.
-    history, trips = await _history(api, configs["c6"])
+    # c6's counters (noted by its put): its seed is 3 steps up. The range they allow (c6 and
+    # 3 checkpoints below), read by the get_tuple, holds siblings c3 and c4: it does not
+    # reach the seed, and the history walks.
+    history, trips = await _load(api, configs["c6"])
     assert (history, trips) == (_expected("c0", "c1", "c5"), 2)
-    # Now the seed's id is known: the range down to it holds every sibling, skipped.
+    # Now the seed's id is known: the range down to it holds every sibling, skipped; the
+    # get_tuple reads it, and the load is one round trip.
+    history, trips = await _load(api, configs["c6"])
+    assert (history, trips) == (_expected("c0", "c1", "c5"), 1)
+    # The history alone, the same range.
     history, trips = await _history(api, configs["c6"])
     assert (history, trips) == (_expected("c0", "c1", "c5"), 1)
 
@@ -174,9 +188,11 @@ async def test_a_sibling_storing_the_channel_is_not_the_seed(api: Api) -> None:
 async def test_linear_history_reads_are_one_round_trip(api: Api) -> None:
     configs = await _put_fork(api, snapshot_at_c3=False)
     for cid, ancestors in [("c4", ("c0", "c1", "c2", "c3")), ("c2", ("c0", "c1"))]:
-        await api.get_tuple(configs[cid])  # LangGraph's counters bound the range
-        history, trips = await _history(api, configs[cid])
+        # LangGraph's counters bound the range: the get_tuple reads it, the load is one read.
+        history, trips = await _load(api, configs[cid])
         writes = [("t", CHANNEL, f"after {c}") for c in ancestors]
+        assert (history, trips) == ({CHANNEL: {"seed": ["seed at c0"], "writes": writes}}, 1)
+        history, trips = await _history(api, configs[cid])
         assert (history, trips) == ({CHANNEL: {"seed": ["seed at c0"], "writes": writes}}, 1)
     # The first checkpoint: nothing above it, in one read.
     history, trips = await _history(api, configs["c0"])

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver, listdelta
+from mongo_ckpt import memory as memory_module
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.delta import (
     NO_SEED,
+    RangeRead,
     chain_stages,
     history_pipeline,
     missing_ancestor,
@@ -340,6 +342,55 @@ def test_snapshot_distances_keep_the_latest_entries() -> None:
     assert memory.walk_depth(keys[1], ["a"]) == MAX_DEPTH
 
 
+def test_the_checkpoint_a_get_tuple_finds_and_what_it_replays() -> None:
+    memory = CheckpointMemory()
+    key = ("t", "", "c1")
+    doc = {**dict(zip(("thread_id", "checkpoint_ns", "checkpoint_id"), key)), "replay": ["a"]}
+    assert memory.replayed("t", "", None) is None  # nothing written, nothing expected
+    memory.wrote(key, listdelta.Plan(), "c0", doc, {"counters_since_delta_snapshot": {"a": (2, 2)}})
+    assert memory.replayed("t", "", None) == (key, ("a",))  # the latest: written last
+    assert memory.replayed("t", "", "c1") == (key, ("a",))
+    assert memory.walk_depth(key, ["a"]) == 1  # its put noted the counters
+    assert memory.replayed("t", "", "c0") is None  # never seen
+    assert memory.replayed("t", "ns", None) is None  # another namespace
+    memory.read({**doc, "checkpoint_id": "c2", "replay": []}, {})
+    assert memory.replayed("t", "", "c2") is None  # seen, replays nothing
+    memory.forget(["t"])
+    assert memory.replayed("t", "", None) is None
+
+
+def test_a_history_read_with_the_tuple_is_taken_once_for_its_channels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    memory = CheckpointMemory()
+    key = ("t", "", "c1")
+    part = {"b": {"data": b"x" * 100}}
+    read = RangeRead([{"chain": []}, part])
+    memory.prefetched(key, ["a", "b"], read)
+    assert memory.take_prefetched(key, ["a"]) is None  # other channels: dropped
+    assert memory.take_prefetched(key, ["a", "b"]) is None
+    memory.prefetched(key, ["a", "b"], read)
+    assert memory.take_prefetched(key, ["b", "a"]) == read
+    assert memory.take_prefetched(key, ["a", "b"]) is None  # taken once
+    memory.prefetched(key, ["a"], read)
+    memory.forget(["t"])
+    assert memory.take_prefetched(key, ["a"]) is None
+    clock = [0.0]
+    monkeypatch.setattr(memory_module, "monotonic", lambda: clock[0])
+    memory.prefetched(key, ["a"], read)
+    clock[0] = memory_module.PREFETCH_SECONDS + 1
+    assert memory.take_prefetched(key, ["a"]) is None  # too old
+    # Bounded by the stored bytes of the parts held: one past the budget is not kept.
+    monkeypatch.setattr(memory_module, "PREFETCHED_BYTES", 2048)
+    small = CheckpointMemory()
+    small.prefetched(key, ["a"], RangeRead([{"b": {"data": b"x" * 2048}}]))
+    assert small.take_prefetched(key, ["a"]) is None
+    small.prefetched(key, ["a"], read)
+    small.prefetched(("t", "", "c2"), ["a"], read)  # 2 x (1024 + 100) > 2048: c1 evicted
+    assert small.take_prefetched(key, ["a"]) is None
+    assert small.take_prefetched(("t", "", "c2"), ["a"]) == read
+
+
 def test_seed_floors_follow_the_newest_history_read() -> None:
     memory = CheckpointMemory()
     memory.found_seeds(("t", "", "c5"), {"a": "c3", "b": "c1"})
@@ -471,12 +522,16 @@ async def test_async_state_load_is_bounded(asaver: AsyncMongoDBSaver) -> None:
     recorder = Recorder()
     converse(recorder, 5, DELTA, "short", snapshot_frequency=4)
     await recorder.replay(Api(asaver))
-    latest = await asaver.aget_tuple(thread("short"))
     walks = HistoryWalks(asaver)
+    calls = count_calls(asaver.collections)
+    latest = await asaver.aget_tuple(thread("short"))
     history = await asaver.aget_delta_channel_history(config=latest.config, channels=[CHANNEL])
     steps = latest.metadata["counters_since_delta_snapshot"][CHANNEL][1]
-    # One range read of the target and its ``steps`` nearest ancestors, down to the seed.
+    # One range read of the target and its ``steps`` nearest ancestors, down to the seed,
+    # made by the get_tuple (the saver wrote the thread, so it knows the counters): the
+    # state load is one aggregation.
     assert (walks.max_depths, [r[2] for r in walks.ranges]) == ([], [{"$limit": steps + 1}])
+    assert calls == {(CHECKPOINTS, "aggregate"): 1}
     expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
     assert history == expected
 
@@ -513,17 +568,28 @@ def _put_chain(saver: MongoDBSaver, claimed: list[int | None]) -> list[dict[str,
         ([1, 2, 1], [2], [MAX_DEPTH]),  # understated: the range stops short, a full walk
     ],
 )
+@pytest.mark.parametrize("loaded", [False, True])
 async def test_history_is_right_whatever_the_counters(
-    saver: MongoDBSaver, claimed: list[int | None], limits: list[int], depths: list[int]
+    saver: MongoDBSaver,
+    claimed: list[int | None],
+    limits: list[int],
+    depths: list[int],
+    loaded: bool,
 ) -> None:
+    """The history alone (the counters noted by a read, as any load does), or ``loaded``
+    as LangGraph loads a state: ``get_tuple``, which reads the range along when the
+    counters bound it, then the history, which then reads no range again."""
     configs = _put_chain(saver, claimed)
-    target = saver.get_tuple(configs[-1])  # a read notes the counters, as LangGraph's loads do
-    assert target is not None
+    if not loaded:
+        assert list(saver.list(configs[-1]))  # notes the counters; reads no history
     walks = HistoryWalks(saver)
     calls = count_calls(saver.collections)
+    if loaded:
+        assert saver.get_tuple(configs[-1]) is not None
     history = saver.get_delta_channel_history(config=configs[-1], channels=[CHANNEL])
     assert ([r[2]["$limit"] for r in walks.ranges], walks.max_depths) == (limits, depths)
-    assert sum(calls.values()) == len(limits) + len(depths)
+    # With ``loaded``, the range read is the get_tuple's, or the get_tuple's own read is one.
+    assert sum(calls.values()) == len(limits) + len(depths) + (loaded and not limits)
     assert history == {
         CHANNEL: {
             "seed": ["seed"],

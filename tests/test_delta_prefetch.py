@@ -1,0 +1,172 @@
+"""A DeltaChannel state load in one read: the history ``get_tuple`` reads along.
+
+When the saver expects the checkpoint a ``get_tuple`` finds (the latest: the one it wrote
+last) to replay DeltaChannels, the same aggregation reads their history
+(``delta.tuple_history_pipeline``), and the ``get_delta_channel_history`` LangGraph makes
+next takes it. Real graphs (the benchmark conversation) against ``InMemorySaver`` fed the
+same turns: the loads must be right whichever instance wrote last, with a put in flight,
+and with another instance deleting or pruning the thread between the two calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+
+from mongo_ckpt.layout import CHECKPOINTS, PENDING
+from mongo_ckpt.maintenance import StaleParentError
+from tests.backends import count_calls, maybe_await
+from tests.delta_graphs import HistoryWalks
+from tests.graphs import thread
+from tests.perf.conversation import DELTA, chat_graph, human_message
+from tests.saver_support import LOGICAL, Api
+
+FREQUENCY = 4  # a snapshot every 4 updates: most loads replay, some find a snapshot
+AGGREGATE = (CHECKPOINTS, "aggregate")
+CHANNEL = "messages"
+
+
+def contents(messages: list[BaseMessage]) -> list[tuple[str | None, Any]]:
+    return [(m.id, m.content) for m in messages]
+
+
+class Conversation:
+    """One DeltaChannel thread played on several saver instances and on a reference."""
+
+    def __init__(self, *apis: Api) -> None:
+        self.apis = apis
+        self.graphs = [chat_graph(api.saver, DELTA, FREQUENCY) for api in apis]
+        self.calls = [count_calls(api.saver.collections) for api in apis]
+        self.reference = chat_graph(InMemorySaver(), DELTA, FREQUENCY)
+        self.turns = 0
+
+    async def turn(self, on: int) -> int:
+        """One turn on instance ``on``, checked against the reference; its load's reads."""
+        api, graph, calls = self.apis[on], self.graphs[on], self.calls[on]
+        calls.clear()
+        message = {"messages": [human_message(self.turns)]}
+        result = await api.invoke(graph, message, thread("t"))
+        expected = self.reference.invoke(message, thread("t"))
+        assert contents(result["messages"]) == contents(expected["messages"]), self.turns
+        self.turns += 1
+        return calls[AGGREGATE]
+
+    async def check_state(self, on: int) -> None:
+        state = await self.apis[on].state(self.graphs[on], thread("t"))
+        expected = self.reference.get_state(thread("t"))
+        assert contents(state.values["messages"]) == contents(expected.values["messages"])
+
+
+async def test_a_turn_after_its_own_reads_its_state_in_one_aggregation(api: Api) -> None:
+    talk = Conversation(api)
+    reads = [await talk.turn(0) for _ in range(3 * FREQUENCY)]
+    # Every load (the first turn's included: nothing stored yet) is one aggregation,
+    # whether the latest checkpoint replays the channel or holds its snapshot.
+    assert reads == [1] * len(reads)
+    talk.calls[0].clear()
+    await talk.check_state(0)
+    assert dict(talk.calls[0]) == {AGGREGATE: 1}
+
+
+async def test_instances_taking_turns_load_right(api: Api) -> None:
+    other = api.reopened()
+    talk = Conversation(api, other)
+    first = await talk.turn(0)
+    alternating = [await talk.turn(n % 2) for n in range(1, 2 * FREQUENCY + 1)]
+    # The instance that did not write the latest checkpoint cannot know what it replays
+    # before reading it: its load is the tuple, then the history (then, if the range its
+    # counters allow misses the seed, a walk).
+    assert first == 1 and all(1 <= n <= 3 for n in alternating), alternating
+    # Two turns in a row on one instance: the second load is one aggregation again.
+    await talk.turn(1)
+    assert await talk.turn(1) == 1
+    await talk.check_state(0)
+    await talk.check_state(1)
+
+
+async def test_a_put_in_flight_makes_the_tuple_read_alone(api: Api) -> None:
+    talk = Conversation(api)
+    latest = await replaying_latest(talk)
+    expected = await cold_history(api, latest.config)
+    # What LangGraph does after a get_tuple: the history read along is taken.
+    assert await api.get_delta_channel_history(config=latest.config, channels=[CHANNEL]) == (
+        expected
+    )
+    # Another writer's put of a newer checkpoint, inserted pending and not yet confirmed:
+    # the newest document of the range, which no read may return.
+    doc = await _newest(api)
+    newer = {k: v for k, v in doc.items() if k != "_id"}
+    newer.update(checkpoint_id=str(uuid6()), parent_checkpoint_id=doc["checkpoint_id"])
+    await maybe_await(api.raw(CHECKPOINTS).insert_one({**newer, PENDING: True}))
+    calls = talk.calls[0]
+    calls.clear()
+    found = await api.get_tuple(thread("t"))
+    assert found is not None and found.config == latest.config
+    assert calls[AGGREGATE] == 2  # the read with the history found a pending head: alone
+    walks = HistoryWalks(api.saver)
+    history = await api.get_delta_channel_history(config=found.config, channels=[CHANNEL])
+    # Nothing was kept for it (not even "refused": the range read did not happen): one
+    # range read, bounded by the counters, no walk.
+    assert calls[AGGREGATE] == 3 and (len(walks.ranges), walks.max_depths) == (1, [])
+    walks.restore()
+    assert history == expected
+    await talk.check_state(0)
+
+
+async def test_a_thread_deleted_between_the_tuple_and_the_history(api: Api) -> None:
+    talk = Conversation(api)
+    latest = await replaying_latest(talk)
+    expected = await cold_history(api, latest.config)
+    await api.reopened().delete_thread("t")
+    # The history read with the tuple is the one of the checkpoint that tuple returned:
+    # one state, as read before the deletion.
+    history = await api.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
+    assert history == expected
+    # The run that loaded it cannot store on the deleted parent: nothing is written.
+    checkpoint = {**latest.checkpoint, "id": str(uuid6())}
+    with pytest.raises(StaleParentError):
+        await api.put(latest.config, checkpoint, latest.metadata, {})
+    assert [await api.count(name, {"thread_id": "t"}) for name in LOGICAL] == [0] * len(LOGICAL)
+    assert await api.get_tuple(thread("t")) is None
+
+
+async def test_a_prune_between_the_tuple_and_the_history(api: Api) -> None:
+    talk = Conversation(api)
+    latest = await replaying_latest(talk)
+    expected = await cold_history(api, latest.config)
+    await api.reopened().prune(["t"], strategy="keep_latest")
+    history = await api.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
+    assert history == expected
+    # The prune kept what the latest checkpoint replays from: a read that was not made
+    # with the tuple (another instance's) finds the same history, and the next turn is right.
+    assert await cold_history(api, latest.config) == expected
+    await talk.turn(0)
+    await talk.check_state(0)
+
+
+async def replaying_latest(talk: Conversation) -> CheckpointTuple:
+    """Turns on the first instance until its latest checkpoint replays the channel (holds
+    no snapshot of it); that checkpoint, read."""
+    api = talk.apis[0]
+    for _ in range(2 * FREQUENCY):
+        await talk.turn(0)
+        latest = await api.get_tuple(thread("t"))
+        assert latest is not None
+        if CHANNEL not in latest.checkpoint["channel_values"]:
+            return latest
+    raise AssertionError("no turn left the channel to replay")
+
+
+async def cold_history(api: Api, config: Any) -> Any:
+    """The history at ``config`` as an instance that read nothing before finds it."""
+    return await api.reopened().get_delta_channel_history(config=config, channels=[CHANNEL])
+
+
+async def _newest(api: Api) -> dict[str, Any]:
+    docs = await api.docs(CHECKPOINTS, {"thread_id": "t", "checkpoint_ns": ""})
+    return max(docs, key=lambda d: d["checkpoint_id"])
