@@ -8,7 +8,8 @@ it acknowledges is also given to a reference ``InMemorySaver`` (extended below w
 lacks). The rules are what a production deployment does: graph turns, forks with
 ``update_state`` and new input at an old checkpoint, the same ``put``/``put_writes``
 again, the same ``put`` again with a different value, a new saver instance (cold
-caches), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
+caches), turns taken over by another live instance with its own memory (a second worker
+behind a load balancer), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
 retention sweep from another instance whose clock is off, and a call cut at a
 random step (then sent again, as a client does after a lost reply).
 
@@ -191,6 +192,9 @@ class SaverModel(RuleBasedStateMachine):
         self.client = sync_client(self.backend)
         self.db_name = f"model_{uuid.uuid4().hex[:12]}"
         self.saver = self._new_saver()
+        # Another live instance on the same database, with its own memory (a second worker
+        # behind a load balancer): ``switch_worker`` makes it the one the graph runs on.
+        self.peer = self._new_saver()
         self.reference = Reference()
         self.graph = _builder().compile(checkpointer=Tee(self))
         self.last_put: tuple[Any, ...] | None = None
@@ -239,6 +243,12 @@ class SaverModel(RuleBasedStateMachine):
     @initialize()
     def start(self) -> None:
         self.saver.setup()
+        self.peer.setup()
+
+    @rule()
+    def switch_worker(self) -> None:
+        self.steps.append("switch worker")
+        self.saver, self.peer = self.peer, self.saver
 
     @rule(thread=st.sampled_from(THREADS))
     def turn(self, thread: str) -> None:

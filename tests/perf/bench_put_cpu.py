@@ -8,6 +8,8 @@ for the puts of the ``--window`` turns up to each reported turn, measures:
   building the documents, without the driver's execution of each call (on mongomock the
   server's work runs in the same thread, so this leaves it out);
 - **put CPU**: the thread's CPU time of the whole ``saver.put``, mongomock included;
+- the CPU of serializing the turn's whole message list once (``serde.dumps_typed``), what
+  a saver that stores the list whole spends on it at every put that changes it;
 - a ``cProfile`` of the operation's steps alone, over the ``--window`` turns before those
   (the profiler inflates what it measures): their time by package and the functions with
   the largest cumulative time, per put.
@@ -76,6 +78,7 @@ class Window:
     samples: list[PutSample] = field(default_factory=list)
     profile: cProfile.Profile = field(default_factory=cProfile.Profile)
     profiled_puts: int = 0
+    whole_list: float = 0.0  # seconds of CPU to serialize the turn's message list once
 
     def mode(self, turn: int) -> str | None:
         if self.last - self.width < turn <= self.last:
@@ -179,9 +182,25 @@ def converse(saver_name: str, report_at: list[int], width: int) -> list[Window]:
             ((w, m) for w in windows if (m := w.mode(turn))), (None, None)
         )
         run_turn(graph, "conversation", turn - 1)
+        for w in windows:
+            if w.last == turn:
+                w.whole_list = serialize_once(saver, graph)
         if turn % 50 == 0:
             print(f"  turn {turn}", file=sys.stderr, flush=True)
     return windows
+
+
+def serialize_once(saver: Any, graph: Any, runs: int = 5) -> float:
+    """CPU of one ``serde.dumps_typed`` of the thread's message list (median of ``runs``):
+    what a saver that stores the list whole (the official one, ``list_deltas=False``)
+    spends on it at every put that changes it."""
+    messages = graph.get_state({"configurable": {"thread_id": "conversation"}}).values["messages"]
+    times = []
+    for _ in range(runs):
+        start = time.thread_time()
+        saver.serde.dumps_typed(messages)
+        times.append(time.thread_time() - start)
+    return statistics.median(times)
 
 
 def _ms(seconds: float) -> str:
@@ -217,15 +236,17 @@ def report(windows: list[Window], top: int, describe: str) -> str:
         f"CPU per put, {describe}, {PLAIN} conversation on mongomock "
         f"(puts of the {windows[0].width} turns up to each turn; ms per put, mean / max)",
         "",
-        "| turn | puts | own CPU | put CPU (mongomock included) | own share | put wall |",
-        "|---|---|---|---|---|---|",
+        "| turn | puts | own CPU | put CPU (mongomock included) | own share | put wall | "
+        "the message list serialized once |",
+        "|---|---|---|---|---|---|---|",
     ]
     for w in windows:
         own, total = [s.own for s in w.samples], [s.total for s in w.samples]
         lines.append(
             f"| {w.last} | {len(w.samples)} | {_ms(statistics.fmean(own))} / {_ms(max(own))} | "
             f"{_ms(statistics.fmean(total))} / {_ms(max(total))} | "
-            f"{sum(own) / sum(total):.0%} | {_ms(statistics.fmean(s.wall for s in w.samples))} |"
+            f"{sum(own) / sum(total):.0%} | {_ms(statistics.fmean(s.wall for s in w.samples))} | "
+            f"{_ms(w.whole_list)} |"
         )
     lines += ["", "By checkpoint of the turn (the channels it gives new versions):", ""]
     lines += [
