@@ -6,6 +6,7 @@ sync graph API on ``MongoDBSaver`` and the async one on ``AsyncMongoDBSaver``.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from operator import add
@@ -14,12 +15,29 @@ from typing import Annotated, Any
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.pregel._runner import PregelRunner
 from typing_extensions import TypedDict
 
 
 def thread(thread_id: str, **configurable: Any) -> RunnableConfig:
     """A run config for ``thread_id`` (plus e.g. ``checkpoint_ns``/``checkpoint_id``)."""
     return {"configurable": {"thread_id": thread_id, **configurable}}
+
+
+def committed(monkeypatch: Any, node: str) -> threading.Event:
+    """Set once LangGraph has committed a successful run of ``node`` (its writes are the
+    loop's): a sibling failing after that cannot cancel it. Returning from the node is not
+    enough: on a loaded machine its thread may wait long before LangGraph takes its result."""
+    event = threading.Event()
+    commit = PregelRunner.commit
+
+    def committing(runner: PregelRunner, task: Any, exception: BaseException | None) -> None:
+        commit(runner, task, exception)
+        if task.name == node and exception is None:
+            event.set()
+
+    monkeypatch.setattr(PregelRunner, "commit", committing)
+    return event
 
 
 # -- the persistence docs' example: START -> node_a -> node_b -> END ----------

@@ -219,6 +219,8 @@ async def test_copy_of_an_idle_thread_is_not_expired_at_once(api: Api) -> None:
     client's)" and drives "seconds of inactivity": the copy was just written."""
     saver = api.reopened(ttl=3600)
     await saver.put(*first_checkpoint("src", "kept"))
+    # The sweep the put started, done before "src" ages: not one that would delete it.
+    assert await saver.join_sweep(timeout=60)
     await asyncio.sleep(0.05)
     # The source was last active two hours ago (as stored by the server, aged here).
     old = (await api.run(server_now())) - timedelta(hours=2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from operator import add
 from typing import Annotated
@@ -12,7 +11,7 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from tests.graphs import thread
+from tests.graphs import committed, thread
 from tests.saver_support import BOTH_PUT_PATHS, Api
 
 pytestmark = BOTH_PUT_PATHS
@@ -24,21 +23,19 @@ class Log(TypedDict):
     log: Annotated[list[str], add]
 
 
-def parallel_builder(calls: Counter) -> StateGraph:
-    """START -> (ok, flaky) in one superstep -> END; flaky fails on its first run only."""
-    ok_done = threading.Event()
+def parallel_builder(calls: Counter, ok_committed: threading.Event) -> StateGraph:
+    """START -> (ok, flaky) in one superstep -> END; flaky fails on its first run only,
+    once ok's run is committed (``ok_committed``, see ``tests.graphs.committed``)."""
 
     def ok(state: Log) -> dict:
         calls["ok"] += 1
-        ok_done.set()
         return {"log": ["ok"]}
 
     def flaky(state: Log) -> dict:
         calls["flaky"] += 1
         if calls["flaky"] == 1:
-            # A failure cancels the tasks still running: let ok return (and be committed) first.
-            assert ok_done.wait(timeout=10)
-            time.sleep(0.05)
+            # A failure cancels the tasks still running: let ok be committed first.
+            assert ok_committed.wait(timeout=60)
             raise RuntimeError("flaky is down")
         return {"log": ["flaky"]}
 
@@ -53,9 +50,11 @@ def parallel_builder(calls: Counter) -> StateGraph:
 
 
 @DURABILITY
-async def test_resume_after_failure(api: Api, durability: str) -> None:
+async def test_resume_after_failure(
+    api: Api, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: Counter = Counter()
-    builder = parallel_builder(calls)
+    builder = parallel_builder(calls, committed(monkeypatch, "ok"))
     config = thread("t1")
     with pytest.raises(RuntimeError, match="flaky is down"):
         await api.invoke(api.compile(builder), {"log": ["in"]}, config, durability=durability)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import threading
-import time
 import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -19,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from tests.graphs import thread
+from tests.graphs import committed, thread
 from tests.saver_support import Api
 
 
@@ -113,21 +112,19 @@ def assert_same(actual: Any, expected: Any) -> None:
         assert actual == expected
 
 
-def typed_builder(calls: Counter, flaky: bool = False) -> StateGraph:
-    """START -> produce -> END; with ``flaky``, a sibling node fails once after produce ran."""
-    produce_done = threading.Event()
+def typed_builder(calls: Counter, fail_after: threading.Event | None = None) -> StateGraph:
+    """START -> produce -> END; with ``fail_after``, a sibling node fails once, after
+    produce's run is committed (``fail_after``, see ``tests.graphs.committed``)."""
 
     def produce(state: Typed) -> Typed:
         calls["produce"] += 1
-        produce_done.set()
         return produced(state)
 
     def fail_once(state: Typed) -> dict:
         calls["fail_once"] += 1
         if calls["fail_once"] == 1:
-            # Let produce return (and its write be committed) before failing the step.
-            assert produce_done.wait(timeout=10)
-            time.sleep(0.05)
+            # A failure cancels the tasks still running: let produce's write be committed first.
+            assert fail_after is not None and fail_after.wait(timeout=60)
             raise RuntimeError("down")
         return {}
 
@@ -135,7 +132,7 @@ def typed_builder(calls: Counter, flaky: bool = False) -> StateGraph:
     builder.add_node("produce", produce)
     builder.add_edge(START, "produce")
     builder.add_edge("produce", END)
-    if flaky:
+    if fail_after is not None:
         builder.add_node("fail_once", fail_once)
         builder.add_edge(START, "fail_once")
         builder.add_edge("fail_once", END)
@@ -156,10 +153,10 @@ async def test_state_round_trip(api: Api) -> None:
     assert calls == {"produce": 1}
 
 
-async def test_pending_write_round_trip(api: Api) -> None:
+async def test_pending_write_round_trip(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """A typed node result kept as a pending write (its step failed) comes back typed."""
     calls: Counter = Counter()
-    builder = typed_builder(calls, flaky=True)
+    builder = typed_builder(calls, fail_after=committed(monkeypatch, "produce"))
     with pytest.raises(RuntimeError, match="down"):
         await api.invoke(api.compile(builder), INPUT, thread("t1"))
 

@@ -212,11 +212,13 @@ async def test_encrypted(api: Api) -> None:
     chain = Chain(secret)
     messages: list[Any] = []
     for i in range(12):
-        messages = [*messages, HumanMessage(f"marker-{i:03d}-7d1e", id=f"m{i}")]
+        messages = [*messages, HumanMessage(f"marker-{i:03d}-quokka", id=f"m{i}")]
         await chain.put(messages)
     assert await secret.count(BLOBS, {"base": {"$exists": True}}) == 11
     raw = await secret.raw_bytes()
-    assert b"7d1e" not in raw and b"marker" not in raw
+    # Both ends of each text, words no id, digest or ciphertext holds by chance (a 4-digit
+    # hex tag turns up in about one run in 140, inside a checkpoint id).
+    assert b"quokka" not in raw and b"marker" not in raw
     digests = fingerprints(ENCRYPTED, messages)  # plaintext-derived digests stay in memory
     for start in range(0, len(digests), DIGEST_SIZE):
         assert digests[start : start + DIGEST_SIZE] not in raw

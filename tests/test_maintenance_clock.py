@@ -125,6 +125,8 @@ async def test_sweep_cutoff_is_the_servers(
     api = api.reopened(ttl=3600)
     for thread_id in ("recent", "idle"):
         await put_one(api, thread_id)
+    # The sweep the first put started, done before "idle" ages: not one that would find it.
+    assert await api.join_sweep(timeout=60)
     await set_created_at(api, "recent", timedelta(minutes=30))
     await set_created_at(api, "idle", timedelta(minutes=90))
     skew_client_clock(monkeypatch, skew)
