@@ -10,6 +10,7 @@ and with another instance deleting or pruning the thread between the two calls.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -17,13 +18,15 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
+from pymongo import MongoClient, monitoring
 
+from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import CHECKPOINTS, PENDING
 from mongo_ckpt.maintenance import StaleParentError
-from tests.backends import count_calls, maybe_await
-from tests.delta_graphs import HistoryWalks
+from tests.backends import count_calls, maybe_await, uri_for
+from tests.delta_graphs import HistoryWalks, Recorder
 from tests.graphs import thread
-from tests.perf.conversation import DELTA, chat_graph, human_message
+from tests.perf.conversation import DELTA, chat_graph, converse, human_message
 from tests.saver_support import LOGICAL, Api
 
 FREQUENCY = 4  # a snapshot every 4 updates: most loads replay, some find a snapshot
@@ -170,3 +173,55 @@ async def cold_history(api: Api, config: Any) -> Any:
 async def _newest(api: Api) -> dict[str, Any]:
     docs = await api.docs(CHECKPOINTS, {"thread_id": "t", "checkpoint_ns": ""})
     return max(docs, key=lambda d: d["checkpoint_id"])
+
+
+class Commands(monitoring.CommandListener):
+    """The commands a client sent, with the number of documents of each first reply."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.first_batches: list[int] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.sent.append((event.command_name, dict(event.command)))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        cursor = event.reply.get("cursor")
+        if event.command_name == "aggregate" and cursor is not None:
+            self.first_batches.append(len(cursor.get("firstBatch", ())))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)],
+)
+def test_a_long_history_comes_in_one_reply(backend: str, db_name: str) -> None:
+    """A load whose history has more than the 101 documents MongoDB puts in an aggregation's
+    first batch by default: the saver asks for the whole output in the first reply, so
+    the load is one command, with no ``getMore``."""
+    recorder = Recorder()
+    turns, frequency = 70, 1000  # no snapshot: every write since the first turn is history
+    converse(recorder, turns, DELTA, "long", frequency)
+    commands = Commands()
+    client: Any = MongoClient(
+        uri_for(backend), directConnection=backend == "wire", event_listeners=[commands]
+    )
+    try:
+        saver = MongoDBSaver(client, db_name)
+        saver.setup()
+        asyncio.run(recorder.replay(Api(saver)))
+        commands.sent.clear()
+        latest = saver.get_tuple(thread("long"))
+        assert latest is not None
+        history = saver.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
+        expected = recorder.get_delta_channel_history(config=latest.config, channels=[CHANNEL])
+        assert history == expected and len(history[CHANNEL]["writes"]) > 101
+        assert [name for name, _ in commands.sent] == ["aggregate"]
+        assert commands.first_batches[-1] > 101
+        assert commands.sent[0][1]["cursor"]["batchSize"] >= commands.first_batches[-1]
+    finally:
+        client.drop_database(db_name)
+        client.close()
