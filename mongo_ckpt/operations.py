@@ -105,7 +105,7 @@ from mongo_ckpt.listdelta import (
     values_entries,
 )
 from mongo_ckpt.maintenance import Deleted as Deleted  # the command line imports it here
-from mongo_ckpt.memory import CheckpointMemory
+from mongo_ckpt.memory import CheckpointKey, CheckpointMemory
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -320,8 +320,7 @@ class CheckpointOperations:
         if expected is None:
             return None
         key, channels = expected
-        floor = self.memory.seed_floor(key, channels)
-        limit = range_limit(self.memory.walk_depth(key, channels), floor)
+        _, floor, limit = self._range_bound(key, channels)
         if limit is None:
             return None
         collections = self.layout.by_logical()
@@ -329,6 +328,15 @@ class CheckpointOperations:
             collections, thread_id, checkpoint_ns, checkpoint_id, channels, floor, limit
         )
         return _Prefetch(pipeline, channels, limit)
+
+    def _range_bound(
+        self, key: CheckpointKey, channels: Sequence[str]
+    ) -> tuple[int, str | None, int | None]:
+        """At ``key``: the walk depth LangGraph's counters allow, the lowest seed id known,
+        and the checkpoints a range read takes (``None``: nothing bounds it)."""
+        depth = self.memory.walk_depth(key, channels)
+        floor = self.memory.seed_floor(key, channels)
+        return depth, floor, range_limit(depth, floor)
 
     def _noted(
         self, loaded: Loaded, doc: Mapping[str, Any], bases: bool = False
@@ -355,14 +363,11 @@ class CheckpointOperations:
         key = (thread_id, checkpoint_ns, checkpoint_id)
         # Read already by the get_tuple that found this checkpoint, or a range read now.
         read = self.memory.take_prefetched(key, channels)
-        depth = self.memory.walk_depth(key, channels)
-        if read is None:
-            floor = self.memory.seed_floor(key, channels)
-            limit = range_limit(depth, floor)
-            if limit is not None:
-                collections = self.layout.by_logical()
-                pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
-                read = judged((yield from aggregate(CHECKPOINTS, pipeline)), channels, limit)
+        depth, floor, limit = self._range_bound(key, channels)
+        if read is None and limit is not None:
+            collections = self.layout.by_logical()
+            pipeline = range_history_pipeline(collections, *key, list(channels), floor, limit)
+            read = judged((yield from aggregate(CHECKPOINTS, pipeline)), channels, limit)
         if read is None or read.docs is None:
             # No bound known, or the range did not reach every seed: walk the parents
             # (as far as LangGraph's bound when the counters understated the distance).

@@ -290,7 +290,7 @@ class HistoryWalks:
         self.max_depths += [
             stage["$graphLookup"]["maxDepth"] for stage in pipeline if "$graphLookup" in stage
         ]
-        if "$group" in pipeline[3]:  # delta.range_chain_stages: $match, $sort, $limit, $group
+        if len(pipeline) > 3 and "$group" in pipeline[3]:  # delta.range_chain_stages
             self.ranges.append(pipeline[:3])
         return self.inner.aggregate(pipeline, *args, **kwargs)
 

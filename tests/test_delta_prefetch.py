@@ -14,55 +14,21 @@ import asyncio
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.checkpoint.memory import InMemorySaver
 from pymongo import MongoClient, monitoring
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import CHECKPOINTS, PENDING
 from mongo_ckpt.maintenance import StaleParentError
-from tests.backends import count_calls, maybe_await, uri_for
+from tests.backends import maybe_await, uri_for
+from tests.delta_conversation import AGGREGATE, FREQUENCY, Conversation
 from tests.delta_graphs import HistoryWalks, Recorder
 from tests.graphs import thread
-from tests.perf.conversation import DELTA, chat_graph, converse, human_message
+from tests.perf.conversation import DELTA, converse
 from tests.saver_support import LOGICAL, Api
 
-FREQUENCY = 4  # a snapshot every 4 updates: most loads replay, some find a snapshot
-AGGREGATE = (CHECKPOINTS, "aggregate")
 CHANNEL = "messages"
-
-
-def contents(messages: list[BaseMessage]) -> list[tuple[str | None, Any]]:
-    return [(m.id, m.content) for m in messages]
-
-
-class Conversation:
-    """One DeltaChannel thread played on several saver instances and on a reference."""
-
-    def __init__(self, *apis: Api) -> None:
-        self.apis = apis
-        self.graphs = [chat_graph(api.saver, DELTA, FREQUENCY) for api in apis]
-        self.calls = [count_calls(api.saver.collections) for api in apis]
-        self.reference = chat_graph(InMemorySaver(), DELTA, FREQUENCY)
-        self.turns = 0
-
-    async def turn(self, on: int) -> int:
-        """One turn on instance ``on``, checked against the reference; its load's reads."""
-        api, graph, calls = self.apis[on], self.graphs[on], self.calls[on]
-        calls.clear()
-        message = {"messages": [human_message(self.turns)]}
-        result = await api.invoke(graph, message, thread("t"))
-        expected = self.reference.invoke(message, thread("t"))
-        assert contents(result["messages"]) == contents(expected["messages"]), self.turns
-        self.turns += 1
-        return calls[AGGREGATE]
-
-    async def check_state(self, on: int) -> None:
-        state = await self.apis[on].state(self.graphs[on], thread("t"))
-        expected = self.reference.get_state(thread("t"))
-        assert contents(state.values["messages"]) == contents(expected.values["messages"])
 
 
 async def test_a_turn_after_its_own_reads_its_state_in_one_aggregation(api: Api) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import add
 from typing import Annotated, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -18,16 +18,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import _messages_delta_reducer
 from typing_extensions import TypedDict
 
+from tests.delta_conversation import FREQUENCY, Conversation
+from tests.delta_graphs import message_summary
 from tests.graphs import thread
 from tests.perf.conversation import DELTA, chat_graph, human_message
 from tests.saver_support import Api
 
-FREQUENCY = 4
 CHANNEL = "messages"
-
-
-def contents(messages: list[BaseMessage]) -> list[tuple[str | None, Any]]:
-    return [(m.id, m.content) for m in messages]
 
 
 async def base_walk(api: Api, config: Any) -> Any:
@@ -55,32 +52,9 @@ async def load_checked(api: Api, config: Any) -> Any:
     return found
 
 
-class Talk:
-    def __init__(self, *apis: Api, frequency: int = FREQUENCY, thread_id: str = "t") -> None:
-        self.apis = apis
-        self.graphs = [chat_graph(a.saver, DELTA, frequency) for a in apis]
-        self.reference = chat_graph(InMemorySaver(), DELTA, frequency)
-        self.turns = 0
-        self.thread_id = thread_id
-
-    async def turn(self, on: int, **configurable: Any) -> None:
-        message = {"messages": [human_message(self.turns)]}
-        config = thread(self.thread_id, **configurable)
-        result = await self.apis[on].invoke(self.graphs[on], message, config)
-        expected = self.reference.invoke(message, config)
-        assert contents(result["messages"]) == contents(expected["messages"]), self.turns
-        self.turns += 1
-
-    async def check_state(self, on: int) -> None:
-        config = thread(self.thread_id)
-        state = await self.apis[on].state(self.graphs[on], config)
-        expected = self.reference.get_state(config)
-        assert contents(state.values["messages"]) == contents(expected.values["messages"])
-
-
 async def test_other_instance_wrote_many_turns_beyond_the_limit(api: Api) -> None:
     other = api.reopened()
-    talk = Talk(api, other)
+    talk = Conversation(api, other)
     for _ in range(FREQUENCY + 2):
         await talk.turn(0)
     for _ in range(3 * FREQUENCY + 1):
@@ -97,7 +71,7 @@ async def same_state(api: Api, config: Any, frequency: int = FREQUENCY) -> None:
     state = await api.state(chat_graph(api.saver, DELTA, frequency), config)
     expected = await cold.state(chat_graph(cold.saver, DELTA, frequency), config)
     assert state.config == expected.config
-    assert contents(state.values["messages"]) == contents(expected.values["messages"])
+    assert message_summary(state.values["messages"]) == message_summary(expected.values["messages"])
 
 
 async def run(api: Api, graph: Any, turn: int, config: Any) -> Any:
@@ -171,7 +145,7 @@ async def test_list_deltas_beside_a_delta_channel(api: Api) -> None:
         result = await on.invoke(graph, message, thread("t"))
         expected = reference.invoke(message, thread("t"))
         assert result["log"] == expected["log"]
-        assert contents(result["messages"]) == contents(expected["messages"])
+        assert message_summary(result["messages"]) == message_summary(expected["messages"])
         await load_checked(api, thread("t"))
         state = await api.state(mine, thread("t"))
         assert state.values["log"] == expected["log"]
@@ -202,7 +176,7 @@ async def test_encrypted_serializer(api: Api) -> None:
 
     serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
     enc = with_options(api, serde=serde)
-    talk = Talk(enc)
+    talk = Conversation(enc)
     for _ in range(2 * FREQUENCY + 1):
         await talk.turn(0)
         await load_checked(enc, thread("t"))
@@ -214,7 +188,7 @@ async def test_thread_id_with_the_join_separator(api: Api) -> None:
 
     # Two threads whose join keys collide: "a" in namespace "" and "a<SEP>" ... the
     # separator inside the thread id.
-    talks = [Talk(api, thread_id=f"a{JOIN_SEP}"), Talk(api, thread_id="a")]
+    talks = [Conversation(api, thread_id=f"a{JOIN_SEP}"), Conversation(api, thread_id="a")]
     for _ in range(2 * FREQUENCY + 1):
         for talk in talks:
             await talk.turn(0)
@@ -230,7 +204,7 @@ async def test_durability_exit_and_sync(api: Api) -> None:
         message = {"messages": [human_message(n)]}
         result = await api.invoke(graph, message, thread("t"), durability=durability)
         expected = reference.invoke(message, thread("t"), durability=durability)
-        assert contents(result["messages"]) == contents(expected["messages"])
+        assert message_summary(result["messages"]) == message_summary(expected["messages"])
         await load_checked(api, thread("t"))
 
 
@@ -314,7 +288,7 @@ async def test_a_seed_and_a_target_value_of_several_parts(api: Api) -> None:
         result = await api.invoke(graph, message, thread("t"))
         expected = reference.invoke(message, thread("t"))
         assert result["log"] == expected["log"]
-        assert contents(result["messages"]) == contents(expected["messages"])
+        assert message_summary(result["messages"]) == message_summary(expected["messages"])
         await load_checked(api, thread("t"))
 
 
