@@ -37,7 +37,7 @@ from mongo_ckpt.layout import (
 )
 from mongo_ckpt.listdelta import rebuild
 from mongo_ckpt.payload import join
-from mongo_ckpt.reading import MissingValueError, blob_join_keys
+from mongo_ckpt.reading import MissingValueError, blob_join_keys, newest_stages
 from mongo_ckpt.snapshot_distance import MAX_DEPTH
 
 Stage = dict[str, Any]
@@ -63,7 +63,7 @@ def history_pipeline(
     (mongomock: an empty chain).
     """
     return [
-        *target_stages(target),
+        *newest_stages(target),
         *chain_stages(collections[CHECKPOINTS], thread_id, checkpoint_ns, max_depth),
         *_history_stages(collections, thread_id, checkpoint_ns, channels, max_depth),
     ]
@@ -171,11 +171,6 @@ def range_limit(depth: int, floor: str | None) -> int | None:
     return (depth + 2) * (1 if floor is None else 2)
 
 
-def target_stages(target: Mapping[str, Any]) -> list[Stage]:
-    """Emits the target checkpoint document: the newest one matching ``target``."""
-    return [{"$match": target}, {"$sort": {"checkpoint_id": -1}}, {"$limit": 1}]
-
-
 def range_chain_stages(
     thread_id: str,
     checkpoint_ns: str,
@@ -187,7 +182,7 @@ def range_chain_stages(
     """Emits ``{"start", "chain"}`` as ``chain_stages`` does, from the newest ``limit``
     checkpoints of the thread and namespace with ids at most ``checkpoint_id`` (any, if
     ``None``) and at least ``floor``, read on the ``checkpoint_key`` index: the first must
-    be the target, not pending (else nothing is emitted, as ``target_stages`` finds none),
+    be the target, not pending (else nothing is emitted, as ``newest_stages`` finds none),
     the others are the chain, ``depth`` their place in id order. Numbered by ``$unwind``'s
     ``includeArrayIndex`` (not every backend has ``$setWindowFields`` or ``$range``).
     ``whole``: the target's document too, as ``checkpoint``."""

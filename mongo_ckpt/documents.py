@@ -17,7 +17,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
-from mongo_ckpt.maintenance import DOOMED, PROBE, TOUCHED_AT
+from mongo_ckpt.maintenance import DOOMED, TOUCHED_AT
 from mongo_ckpt.payload import split
 
 _MAX_INT64 = 2**63 - 1
@@ -255,10 +255,13 @@ def blob_requests(
                 out.heads[len(out.requests)] = (thread_id, checkpoint_ns, channel, version)
                 if delta is not None:
                     fields.update(delta.head_fields())
-                # No stored document has PROBE: the upsert inserts, or fails on the key index.
-                only_new = {**key, "part": 0, PROBE: {"$exists": True}}
+                # No stored part is numbered below 0: the upsert inserts, or fails on the
+                # key index. A range on the key's last field, not a field no document has,
+                # so a server that plans an index only for a filter the index holds whole
+                # (the wire test server) does not scan the collection.
+                only_new = {**key, "part": {"$lt": 0}}
                 out._inserts[len(out.requests)] = UpdateOne(
-                    only_new, value_upsert(fields), upsert=True
+                    only_new, value_upsert({**fields, "part": 0}), upsert=True
                 )
             out.requests.append(UpdateOne({**key, "part": part}, value_upsert(fields), upsert=True))
         if len(parts) > 1:

@@ -76,9 +76,7 @@ def tuple_pipeline(
         return {"$cond": [{"$eq": ["$_row", n]}, then, other]}
 
     return [
-        {"$match": query},
-        {"$sort": {"checkpoint_id": -1}},
-        {"$limit": 1},
+        *newest_stages(query),
         {"$addFields": {"_row": [0, 1, 2]}},
         {"$unwind": "$_row"},
         {
@@ -93,6 +91,20 @@ def tuple_pipeline(
         *_lookup_one(collections[WRITES], "wj", "write"),
         {"$project": {"vj": 0, "wj": 0}},
     ]
+
+
+def newest_stages(query: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Emits the newest checkpoint document matching ``query``.
+
+    The checkpoint key's fields are matched in a ``$match`` of their own, the rest
+    (``pending``) in the next one. MongoDB merges adjacent ``$match`` stages into one
+    index read; a server that plans an index only for a match whose every field the index
+    holds (the wire test server) would scan the whole collection for the merged one.
+    """
+    keyed = {f: query[f] for f in CHECKPOINT_KEY if f in query}
+    rest = {f: v for f, v in query.items() if f not in keyed}
+    matches = [{"$match": part} for part in (keyed, rest) if part]
+    return [*matches, {"$sort": {"checkpoint_id": -1}}, {"$limit": 1}]
 
 
 def _lookup_one(collection: str, local: str, into: str) -> list[dict[str, Any]]:

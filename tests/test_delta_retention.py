@@ -48,6 +48,7 @@ async def test_sweep_expired(api: Api) -> None:
     graph = api.compile(builder(SHAPE, delta=True))
     for thread_id in ("idle", "active", "fresh"):
         await play(api, graph, SHAPE, RUN, thread_id)
+    assert await api.join_sweep(timeout=60)  # the first put's sweep, done before the ageing
     await age(api.saver, "idle")
     await age(api.saver, "active")
     # One recent run on an old thread makes it active again.

@@ -32,7 +32,6 @@ from mongo_ckpt.delta import (
     range_history_pipeline,
     range_limit,
     seed_depth_stages,
-    target_stages,
     work_item_stages,
 )
 from mongo_ckpt.layout import (
@@ -45,6 +44,7 @@ from mongo_ckpt.layout import (
     write_join,
 )
 from mongo_ckpt.memory import CheckpointMemory
+from mongo_ckpt.reading import checkpoint_query, newest_stages
 from mongo_ckpt.snapshot_distance import (
     MAX_DEPTH,
     supersteps_since_snapshot,
@@ -122,17 +122,26 @@ def run(db: Any, stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def walk(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
     return [
-        *target_stages({"thread_id": T, "checkpoint_ns": NS}),
+        *newest_stages({"thread_id": T, "checkpoint_ns": NS}),
         *chain_stages(NAMES[CHECKPOINTS], T, NS, max_depth),
     ]
 
 
-def test_target_stages_emit_the_newest_matching_checkpoint(db: Any) -> None:
-    latest = run(db, target_stages({"thread_id": T, "checkpoint_ns": NS}))
+def test_newest_stages_emit_the_newest_matching_checkpoint(db: Any) -> None:
+    latest = run(db, newest_stages({"thread_id": T, "checkpoint_ns": NS}))
     assert [(d["thread_id"], d["checkpoint_id"]) for d in latest] == [(T, "c4")]
-    chosen = run(db, target_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c2"}))
+    chosen = run(db, newest_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c2"}))
     assert [d["checkpoint_id"] for d in chosen] == ["c2"]
-    assert run(db, target_stages({"thread_id": T, "checkpoint_ns": "other"})) == []
+    assert run(db, newest_stages({"thread_id": T, "checkpoint_ns": "other"})) == []
+
+
+def test_newest_stages_skip_a_pending_checkpoint_matching_its_key_first(db: Any) -> None:
+    db[NAMES[CHECKPOINTS]].update_one({"thread_id": T, "checkpoint_id": "c4"}, PENDING_SET)
+    stages = newest_stages(checkpoint_query(T, NS, None))
+    assert [d["checkpoint_id"] for d in run(db, stages)] == ["c3"]
+    # The key alone first, so a server planning indexes per ``$match`` reads checkpoint_key.
+    assert stages[0] == {"$match": {"thread_id": T, "checkpoint_ns": NS}}
+    assert run(db, newest_stages(checkpoint_query(T, NS, "c4"))) == []
 
 
 def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
@@ -148,7 +157,7 @@ def test_chain_stages_emit_the_thread_ancestors_nearest_first(db: Any) -> None:
     }
     [short] = run(db, walk(max_depth=1))
     assert [(e["id"], e["depth"]) for e in short["chain"]] == [("c3", 0), ("c2", 1)]
-    root = target_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c0"})
+    root = newest_stages({"thread_id": T, "checkpoint_ns": NS, "checkpoint_id": "c0"})
     # The root has no ancestors: no document (mongomock: one with an empty chain).
     rooted = run(db, [*root, *chain_stages(NAMES[CHECKPOINTS], T, NS, MAX_DEPTH)])
     assert [d["chain"] for d in rooted] in ([], [[]])
@@ -482,7 +491,7 @@ def visited(saver: MongoSaverBase, thread_id: str, checkpoint_id: str, max_depth
     """Checkpoints the walk reads: the target and its chain."""
     target = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
     name = saver.layout.checkpoints
-    stages = [*target_stages(target), *chain_stages(name, thread_id, "", max_depth)]
+    stages = [*newest_stages(target), *chain_stages(name, thread_id, "", max_depth)]
     docs = list(saver.db[name].aggregate(stages))
     return 1 + sum(len(d["chain"]) for d in docs)
 

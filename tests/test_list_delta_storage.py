@@ -234,7 +234,8 @@ async def test_missing_base_is_loud(api: Api) -> None:
     for i in range(6):
         messages = [*messages, message(i, 10)]
         await chain.put(messages)
-    doc = (await api.docs(BLOBS, {"channel": "messages", "base": {"$exists": True}}))[-1]
+    deltas = await api.docs(BLOBS, {"channel": "messages", "base": {"$exists": True}})
+    doc = max(deltas, key=lambda d: d["version"])
     await maybe_await(api.raw(BLOBS).delete_many({"channel": "messages", "version": doc["base"]}))
     with pytest.raises(MissingValueError) as raised:
         await api.get_tuple(chain.config)

@@ -203,10 +203,11 @@ async def test_atlas_vector_search_on_a_server_that_has_it(make_astore: Any) -> 
     found: list[Any] = []
     for _ in range(240):  # the search index is built, then updated, asynchronously
         with contextlib.suppress(OperationFailure):  # the index may not be queryable yet
-            found = await store.asearch(("notes",), query="sushi rice raw fish", limit=2)
-        if len(found) == 2:
+            found = await store.asearch(("notes",), query="sushi rice raw fish", limit=len(DOCS))
+        if len(found) == len(DOCS):  # every document indexed, so the best one among them
             break
         await asyncio.sleep(0.5)
+    found = await store.asearch(("notes",), query="sushi rice raw fish", limit=2)
     assert [i.key for i in found][:1] == ["sushi"]
     assert found[0].score == pytest.approx(1.0)
     doc = await _raw(store, "sushi")

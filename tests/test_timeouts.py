@@ -48,7 +48,8 @@ def frozen_uri() -> Iterator[str]:
 
 def _bounded(started: float) -> None:
     elapsed = time.monotonic() - started
-    assert elapsed < 3 * TIMEOUT_MS / 1000, f"gave up after {elapsed:.2f}s"
+    # Far below the drivers' 10-30 s defaults, with room for a paused CI machine.
+    assert elapsed < 10 * TIMEOUT_MS / 1000, f"gave up after {elapsed:.2f}s"
 
 
 @pytest.mark.parametrize("cls", [MongoDBSaver, MongoDBStore], ids=lambda c: c.__name__)
