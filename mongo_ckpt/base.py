@@ -135,7 +135,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)
         self.collections[CLIENT] = ClientCalls(given, write_concern)
         self.client_bulk_write = client_bulk_write
-        self.uses_client_bulk_write = False
+        self._put_path = client_bulk.PutPath(given, client_bulk_write)
         self._client_bulk_decided = False
         self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
@@ -191,17 +191,16 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         return self.collections[WRITES]
 
     @property
+    def uses_client_bulk_write(self) -> bool:
+        """Whether puts go as one client-level ``bulkWrite`` (decided at setup; ``False``
+        for good once the server refuses the command)."""
+        return self._put_path.namespaces is not None
+
+    @property
     def ops(self) -> CheckpointOperations:
         """The operations, on the current ``serde`` (``with_allowlist`` clones replace it)."""
-        namespaces = {
-            logical: f"{self.db.name}.{name}" for logical, name in self.layout.by_logical().items()
-        }
         return CheckpointOperations(
-            self.layout,
-            self.serde,
-            self.filterable_metadata_keys,
-            self.memory,
-            namespaces if self.uses_client_bulk_write else None,
+            self.layout, self.serde, self.filterable_metadata_keys, self.memory, self._put_path
         )
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
@@ -252,8 +251,11 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         setup also decides whether puts use the client-level bulk write (once per saver)."""
         if not self._is_setup:
             if not self._client_bulk_decided:
-                wanted = self.client_bulk_write
-                self.uses_client_bulk_write = yield from client_bulk.decide(self.client, wanted)
+                if (yield from client_bulk.decide(self.client, self.client_bulk_write)):
+                    self._put_path.namespaces = {
+                        logical: f"{self.db.name}.{name}"
+                        for logical, name in self.layout.by_logical().items()
+                    }
                 self._client_bulk_decided = True
             yield from self.ops.setup(self.db.name, self._upgrade_limit)
             self._is_setup = True

@@ -9,6 +9,7 @@ answer is kept for the client's life, so one ``hello`` serves every saver on a c
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,10 @@ from mongo_ckpt.errors import MongoCkptError
 
 WIRE_VERSION = 25  # MongoDB 8.0, the first with the client-level bulkWrite command
 _SERVER_HAS: dict[int, bool] = {}  # by id() of a live client: whether its server has it
+# What a server without the command answers, having run none of it: CommandNotFound (before
+# 7.0), and an unknown field of the command (7.0, which has it only behind a feature flag).
+NO_SUCH_COMMAND = frozenset({59, 40415})
+logger = logging.getLogger("mongo_ckpt")
 
 
 class ClientBulkWriteUnavailable(MongoCkptError, RuntimeError):
@@ -48,6 +53,41 @@ class ClientCalls:
 
     def command(self, spec: Mapping[str, Any]) -> Any:
         return self.client.admin.command(spec)
+
+
+class PutPath:
+    """How one saver sends a ``put``: as one client-level bulk write to ``namespaces`` (each
+    collection's ``"db.collection"``, by logical name), or, while that is ``None``, as one
+    bulk write per collection."""
+
+    def __init__(self, client: Any, wanted: bool | None) -> None:
+        self.client = client
+        self.wanted = wanted
+        self.namespaces: Mapping[str, str] | None = None
+
+    def refused(self, error: OperationFailure) -> None:
+        """A put's client bulk write failed as a whole with ``error``. Where the server has
+        no such command (a rolling upgrade fell back to a primary of an older release), it
+        wrote nothing: from now on this saver's puts go per collection, and savers set up
+        later on the client decide so; with ``client_bulk_write=True`` this raises
+        ``ClientBulkWriteUnavailable`` instead. Any other failure is raised again."""
+        if error.code not in NO_SUCH_COMMAND:
+            raise error
+        message = (error.details or {}).get("errmsg", str(error))
+        if self.wanted:
+            raise ClientBulkWriteUnavailable(
+                f"client_bulk_write=True, but the server refused the bulkWrite command "
+                f"(code {error.code}: {message}); nothing was written: pass "
+                "client_bulk_write=None to fall back to one bulk write per collection"
+            ) from error
+        logger.warning(
+            "the server refused the bulkWrite command (code %s: %s): puts go as one bulk "
+            "write per collection from now on",
+            error.code,
+            message,
+        )
+        self.namespaces = None
+        _SERVER_HAS[id(self.client)] = False
 
 
 def has_bulk_write(client: Any) -> bool:

@@ -38,7 +38,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import listdelta, maintenance, schema
@@ -60,6 +60,7 @@ from mongo_ckpt.calls import (
     next_batch,
     update_many,
 )
+from mongo_ckpt.client_bulk import PutPath
 from mongo_ckpt.delta import (
     MissingHistoryError,
     assemble,
@@ -169,16 +170,15 @@ class CheckpointOperations:
         serde: SerializerProtocol,
         filterable_metadata_keys: Collection[str] | None,
         memory: CheckpointMemory,
-        client_bulk: Mapping[str, str] | None = None,
+        put_path: PutPath | None = None,
     ) -> None:
         self.layout = layout
         self.serde = serde
         self.filterable_keys = filterable_metadata_keys
         # What this saver instance read and wrote: chains, snapshot counters, the layout.
         self.memory = memory
-        # The namespace ("db.collection") of each collection when a put is sent as one
-        # client-level bulk write; ``None``: one bulk write per collection.
-        self.client_bulk = client_bulk
+        # Whether a put is sent as one client-level bulk write (``None``: never).
+        self.put_path = put_path
 
     def _where(self, db_name: str) -> str:
         """How errors name the saver's collections."""
@@ -501,16 +501,22 @@ class CheckpointOperations:
         # 3. values: with the client-level bulk write, in one command with step 4
         inserted: set[Any] = set()
         written: Written = None  # what the checkpoint's requests did, once sent
-        if self.client_bulk is not None:
+        namespaces = self.put_path and self.put_path.namespaces
+        if namespaces:
             requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
-            values_written, written = yield from client_bulk_write(requests, self.client_bulk)
-            inserted = _inserted_heads(blobs, values_written)
-            if isinstance(values_written, BulkWriteError):
-                if not _head_stored(values_written, blobs):
-                    raise values_written
-                # A head stored already stopped it before the checkpoint: as in two commands.
-            elif blobs.multipart:
-                yield from _drop_stray_parts(BLOBS, BLOB_KEY, blobs)
+            try:
+                values_written, written = yield from client_bulk_write(requests, namespaces)
+            except OperationFailure as refused:
+                assert self.put_path is not None
+                self.put_path.refused(refused)  # nothing written: on in two commands
+            else:
+                inserted = _inserted_heads(blobs, values_written)
+                if isinstance(values_written, BulkWriteError):
+                    if not _head_stored(values_written, blobs):
+                        raise values_written
+                    # A head stored already stopped it before the checkpoint: as in two commands.
+                elif blobs.multipart:
+                    yield from _drop_stray_parts(BLOBS, BLOB_KEY, blobs)
         if written is None:
             if blobs.requests:
                 result = yield from _write_values(BLOBS, BLOB_KEY, blobs)

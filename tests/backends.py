@@ -7,7 +7,8 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,3 +173,15 @@ def count_calls(collections: dict[str, Any]) -> Counter:
 
 def total(counter: Mapping[Any, int]) -> int:
     return sum(counter.values())
+
+
+@contextmanager
+def failing_bulk_write(client: Any, code: int) -> Iterator[None]:
+    """The wire server fails the next ``bulkWrite`` command with ``code``, as a server
+    without it does, before running any of it."""
+    spec = {"failCommands": ["bulkWrite"], "errorCode": code, "errmsg": "no bulkWrite here"}
+    client.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1}, "data": spec})
+    try:
+        yield
+    finally:
+        client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})

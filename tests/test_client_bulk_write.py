@@ -4,24 +4,40 @@ carries and reports, and the retry that finds a value stored already."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
     generate_metadata,
 )
 from pymongo import InsertOne, MongoClient, UpdateOne, monitoring
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import ClientBulkWriteUnavailable, ConflictingValueError, MongoDBSaver
+from mongo_ckpt import (
+    AsyncMongoDBSaver,
+    ClientBulkWriteUnavailable,
+    ConflictingValueError,
+    MongoDBSaver,
+)
 from mongo_ckpt.calls import CLIENT, client_bulk_write
+from mongo_ckpt.client_bulk import NO_SUCH_COMMAND
 from mongo_ckpt.connection import DEFAULT_WRITE_CONCERN
 from mongo_ckpt.drivers import run
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from tests.backends import count_calls, sync_client, wire_uri
+from tests.backends import (
+    aclose,
+    async_client,
+    count_calls,
+    failing_bulk_write,
+    sync_client,
+    wire_uri,
+)
+from tests.graphs import chat_builder, thread
 from tests.saver_support import Api, put_write_calls
 
 
@@ -174,3 +190,88 @@ def test_a_value_stored_already_is_adopted_before_any_checkpoint_names_it(
     found = saver.get_tuple(generate_config("t"))
     assert found is not None and found.checkpoint["channel_values"] == {"a": "x"}
     wire_client.drop_database(db_name)
+
+
+def chat_turn(graph: Any, thread_id: str, text: str) -> None:
+    graph.invoke({"messages": [HumanMessage(text)]}, thread(thread_id))
+
+
+@pytest.mark.parametrize("code", sorted(NO_SUCH_COMMAND))
+def test_a_server_refusing_the_command_gets_the_put_in_two_commands(
+    wire_client: Any, db_name: str, code: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rolling upgrade falls back to a primary of an older release: its answer to the
+    client-level ``bulkWrite`` ran none of it, so the put goes on per collection, and so do
+    all later puts of the saver and the savers set up later on the client. Nothing is lost
+    and every checkpoint reads back whole."""
+    saver = MongoDBSaver(wire_client, db_name)
+    graph = chat_builder().compile(checkpointer=saver)
+    chat_turn(graph, "t", "one")
+    assert saver.uses_client_bulk_write
+    with failing_bulk_write(wire_client, code), caplog.at_level(logging.WARNING, "mongo_ckpt"):
+        chat_turn(graph, "t", "two")
+    assert not saver.uses_client_bulk_write
+    assert "puts go as one bulk write per collection" in caplog.text
+    sent = len(wire_client.commands.named("bulkWrite"))
+    chat_turn(graph, "t", "three")
+    later = MongoDBSaver(wire_client, db_name)
+    later.setup()
+    assert not later.uses_client_bulk_write
+    assert len(wire_client.commands.named("bulkWrite")) == sent  # none since, nor a hello
+    texts = [m.content for m in graph.get_state(thread("t")).values["messages"]]
+    assert texts == ["one", "#1: one", "two", "#3: two", "three", "#5: three"]
+    history = list(later.list(thread("t")))
+    assert len(history) == 9  # three checkpoints a turn, each whole
+    for stored in history:
+        found = later.get_tuple(stored.config)
+        assert found is not None and found.checkpoint == stored.checkpoint
+    wire_client.drop_database(db_name)
+
+
+def test_true_refused_by_the_server_raises_and_writes_nothing(
+    wire_client: Any, db_name: str
+) -> None:
+    saver = MongoDBSaver(wire_client, db_name, client_bulk_write=True)
+    stored = put_one(saver, "t")
+    before = {name: saver.collections[name].count_documents({}) for name in (BLOBS, CHECKPOINTS)}
+    with (
+        failing_bulk_write(wire_client, 59),
+        pytest.raises(ClientBulkWriteUnavailable, match="refused the bulkWrite command .code 59"),
+    ):
+        put_one(saver, "t", "y", parent=stored)
+    after = {name: saver.collections[name].count_documents({}) for name in (BLOBS, CHECKPOINTS)}
+    assert after == before
+    assert saver.uses_client_bulk_write  # as asked: every put either goes in one command or fails
+    wire_client.drop_database(db_name)
+
+
+def test_another_failure_of_the_command_is_raised_and_keeps_the_path(
+    wire_client: Any, db_name: str
+) -> None:
+    saver = MongoDBSaver(wire_client, db_name)
+    stored = put_one(saver, "t")
+    with failing_bulk_write(wire_client, 2), pytest.raises(OperationFailure) as raised:
+        put_one(saver, "t", "y", parent=stored)
+    assert raised.value.code == 2
+    assert saver.uses_client_bulk_write
+    counter = count_calls(saver.collections)
+    again = put_one(saver, "t", "y", parent=stored)  # the same put, now in one command
+    assert counter[(CLIENT, "bulk_write")] == 1
+    assert [t.config for t in saver.list(generate_config("t"))] == [again, stored]
+    wire_client.drop_database(db_name)
+
+
+@pytest.mark.parametrize("driver", ["pymongo", "motor"])
+async def test_the_async_saver_falls_back_alike(db_name: str, driver: str) -> None:
+    client = async_client("wire", driver)
+    saver = AsyncMongoDBSaver(client, db_name)
+    graph = chat_builder().compile(checkpointer=saver)
+    await graph.ainvoke({"messages": [HumanMessage("one")]}, thread("t"))
+    assert saver.uses_client_bulk_write
+    with failing_bulk_write(sync_client("wire"), 59):
+        await graph.ainvoke({"messages": [HumanMessage("two")]}, thread("t"))
+    assert not saver.uses_client_bulk_write
+    state = await graph.aget_state(thread("t"))
+    assert [m.content for m in state.values["messages"]] == ["one", "#1: one", "two", "#3: two"]
+    await client.drop_database(db_name)
+    await aclose(client)

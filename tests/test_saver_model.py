@@ -9,7 +9,8 @@ lacks). The rules are what a production deployment does: graph turns, forks with
 ``update_state`` and new input at an old checkpoint, the same ``put``/``put_writes``
 again, the same ``put`` again with a different value, a new saver instance (cold
 caches), turns taken over by another live instance with its own memory (a second worker
-behind a load balancer), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
+behind a load balancer), a failover to a primary without the client-level ``bulkWrite``
+(wire), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
 retention sweep from another instance whose clock is off, and a call cut at a
 random step (then sent again, as a client does after a lost reply).
 
@@ -59,7 +60,7 @@ from typing_extensions import TypedDict
 import mongo_ckpt
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.clock import server_now
-from tests.backends import sync_client
+from tests.backends import failing_bulk_write, sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Fault, Faults
 
@@ -255,6 +256,16 @@ class SaverModel(RuleBasedStateMachine):
         self.steps.append(f"turn {thread}")
         self._invoke({"messages": [HumanMessage(f"u{self.turns}", id=f"u{self.turns}")]},
                      {"configurable": {"thread_id": thread}})
+
+    @precondition(lambda self: self.saver.uses_client_bulk_write)
+    @rule(thread=st.sampled_from(THREADS))
+    def failover(self, thread: str) -> None:
+        """A turn after a failover to a primary of an older release, which has no
+        client-level ``bulkWrite``: the saver goes on in two commands per put."""
+        self.steps.append(f"turn {thread} on a primary without bulkWrite")
+        with failing_bulk_write(self.client, 59):
+            self.turn(thread)
+        assert not self.saver.uses_client_bulk_write
 
     def _invoke(self, input: Any, config: RunnableConfig) -> None:
         self.turns += 1
