@@ -17,7 +17,10 @@
   (``delta.range_history_pipeline``) from below.
 - Per checkpoint (``PREFETCHED_BYTES`` of their stored parts, ``PREFETCH_SECONDS`` at
   most), the DeltaChannel history its ``get_tuple`` read along
-  (``delta.tuple_history_pipeline``), taken by the history call that follows.
+  (``delta.tuple_history_pipeline``), taken by the history call that follows; and per
+  thread and namespace (``CACHED_CHECKPOINTS`` of them) the newest checkpoint a read of the
+  latest found, so an instance that only reads (one polling ``get_state``) expects it
+  next time as a writer expects the one it wrote.
 - Whether the database's recorded layout allows list deltas, and when to read it again.
 
 One lock guards it all (LangGraph calls a sync saver from several threads, an async one
@@ -168,6 +171,7 @@ class CheckpointMemory:
         self._prefetched: _Lru[CheckpointKey, _Prefetched] = _Lru(
             PREFETCHED_BYTES, lambda p: p.nbytes
         )
+        self._latest: _Lru[tuple[str, str], str] = _Lru(checkpoints, lambda _: 1)
 
     # -- the layout version ---------------------------------------------------------
 
@@ -301,19 +305,30 @@ class CheckpointMemory:
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> tuple[CheckpointKey, tuple[str, ...]] | None:
         """The checkpoint a ``get_tuple`` of ``checkpoint_id`` (or of the latest one: the
-        one this instance wrote last there) is expected to find, and the DeltaChannels it
-        replays; ``None`` unless this instance has seen it and it replays some."""
+        newer of the one this instance wrote last there and the latest it found there) is
+        expected to find, and the DeltaChannels it replays; ``None`` unless this instance
+        has seen it and it replays some."""
         with self._lock:
             if checkpoint_id is None:
                 head = self._heads.get((thread_id, checkpoint_ns))
-                if head is None:
+                ids = [self._latest.get((thread_id, checkpoint_ns)), head and head.checkpoint_id]
+                newest = max((i for i in ids if i), default=None)
+                if newest is None:
                     return None
-                checkpoint_id = head.checkpoint_id
+                checkpoint_id = newest
             key = (thread_id, checkpoint_ns, checkpoint_id)
             seen = self._seen.get(key)
         if seen is None or not seen.replay:
             return None
         return key, seen.replay
+
+    def found_latest(self, key: CheckpointKey) -> None:
+        """A ``get_tuple`` of the latest checkpoint of the thread found ``key`` (kept unless
+        a newer one was found: ids sort by time)."""
+        with self._lock:
+            known = self._latest.get(key[:2])
+            if known is None or known < key[2]:
+                self._latest.put(key[:2], key[2])
 
     def prefetched(self, key: CheckpointKey, channels: Sequence[str], read: RangeRead) -> None:
         """A ``get_tuple`` of ``key`` read the history of ``channels`` there: kept for the
@@ -348,6 +363,7 @@ class CheckpointMemory:
             self._seen.drop([k for k in self._seen.held() if k[0] in gone])
             self._seeds.drop([k for k in self._seeds.held() if k[0] in gone])
             self._prefetched.drop([k for k in self._prefetched.held() if k[0] in gone])
+            self._latest.drop([k for k in self._latest.held() if k[0] in gone])
 
 
 def _key(doc: Mapping[str, Any]) -> CheckpointKey:

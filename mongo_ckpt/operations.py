@@ -271,8 +271,8 @@ class CheckpointOperations:
         bring whole (stored without a ``join`` key, or deleted meanwhile).
 
         When this instance knows the checkpoint it will find (the latest: the one it wrote
-        last) and that checkpoint replays DeltaChannels, the aggregation also reads their
-        history (``delta.tuple_history_pipeline``), kept for the
+        or found last) and that checkpoint replays DeltaChannels, the aggregation also reads
+        their history (``delta.tuple_history_pipeline``), kept for the
         ``get_delta_channel_history`` LangGraph makes next; if the range read does not
         start at a checkpoint to return, the tuple is read alone."""
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
@@ -305,8 +305,10 @@ class CheckpointOperations:
                 if attempts == READ_ATTEMPTS or (yield from self._exists(doc)):
                     raise
                 continue  # deleted (by maintenance) while it was read: read again
+            found = (thread_id, checkpoint_ns, doc["checkpoint_id"])
+            if checkpoint_id is None:
+                self.memory.found_latest(found)
             if prefetch is not None and history is not None:
-                found = (thread_id, checkpoint_ns, doc["checkpoint_id"])
                 judgement = judged(history, prefetch.channels, prefetch.limit)
                 self.memory.prefetched(found, prefetch.channels, judgement)
             return result

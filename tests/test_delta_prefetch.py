@@ -1,7 +1,7 @@
 """A DeltaChannel state load in one read: the history ``get_tuple`` reads along.
 
 When the saver expects the checkpoint a ``get_tuple`` finds (the latest: the one it wrote
-last) to replay DeltaChannels, the same aggregation reads their history
+or found last) to replay DeltaChannels, the same aggregation reads their history
 (``delta.tuple_history_pipeline``), and the ``get_delta_channel_history`` LangGraph makes
 next takes it. Real graphs (the benchmark conversation) against ``InMemorySaver`` fed the
 same turns: the loads must be right whichever instance wrote last, with a put in flight,
@@ -56,6 +56,34 @@ async def test_instances_taking_turns_load_right(api: Api) -> None:
     assert await talk.turn(1) == 1
     await talk.check_state(0)
     await talk.check_state(1)
+
+
+async def test_an_instance_that_only_reads_polls_the_state_in_one_aggregation(
+    api: Api,
+) -> None:
+    """A reader (an API worker answering ``get_state`` while another instance runs the
+    graph): once it has read the latest checkpoint, it expects that one next time."""
+    reader = api.reopened()
+    talk = Conversation(api, reader)
+    for _ in range(FREQUENCY + 1):
+        await talk.turn(0)
+    polls = []
+    for _ in range(3):
+        talk.calls[1].clear()
+        await talk.check_state(1)
+        polls.append(talk.calls[1][AGGREGATE])
+    assert polls == [2, 1, 1]  # the first: the tuple, then the history
+    for _ in range(FREQUENCY):  # the writer goes on; the reader's polls stay right
+        await talk.turn(0)
+        talk.calls[1].clear()
+        await talk.check_state(1)
+        assert 1 <= talk.calls[1][AGGREGATE] <= 3
+    talk.calls[1].clear()
+    await talk.check_state(1)
+    assert talk.calls[1][AGGREGATE] == 1
+    # Deleted meanwhile by another instance: nothing stale comes back.
+    await api.delete_thread(talk.thread_id)
+    assert (await reader.get_tuple(thread(talk.thread_id))) is None
 
 
 async def test_a_put_in_flight_makes_the_tuple_read_alone(api: Api) -> None:
