@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pymongo.errors import OperationFailure
+from pymongo.errors import InvalidOperation, OperationFailure
 from pymongo.write_concern import WriteConcern
 
 from mongo_ckpt.calls import CLIENT, Operation, command
@@ -65,26 +65,31 @@ class PutPath:
         self.wanted = wanted
         self.namespaces: Mapping[str, str] | None = None
 
-    def refused(self, error: OperationFailure) -> None:
-        """A put's client bulk write failed as a whole with ``error``. Where the server has
-        no such command (a rolling upgrade fell back to a primary of an older release), it
-        wrote nothing: from now on this saver's puts go per collection, and savers set up
-        later on the client decide so; with ``client_bulk_write=True`` this raises
-        ``ClientBulkWriteUnavailable`` instead. Any other failure is raised again."""
-        if error.code not in NO_SUCH_COMMAND:
-            raise error
-        message = (error.details or {}).get("errmsg", str(error))
+    def refused(self, error: OperationFailure | InvalidOperation) -> None:
+        """A put's client bulk write failed as a whole with ``error``, because the primary
+        is of a release without the command (a rolling upgrade failed over to an older
+        one): the client library's own refusal to send it to a server older than 8.0
+        (``InvalidOperation``; a closed client is ``ClientClosedError`` by then), or the
+        server's answer that it has no such command (``NO_SUCH_COMMAND``). From now on this
+        saver's puts go per collection, and savers set up later on the client decide so;
+        with ``client_bulk_write=True`` this raises ``ClientBulkWriteUnavailable`` instead.
+        Any other failure is raised again."""
+        if isinstance(error, OperationFailure):
+            if error.code not in NO_SUCH_COMMAND:
+                raise error
+            why = f"code {error.code}: {(error.details or {}).get('errmsg', error)}"
+        else:
+            why = str(error)
         if self.wanted:
             raise ClientBulkWriteUnavailable(
-                f"client_bulk_write=True, but the server refused the bulkWrite command "
-                f"(code {error.code}: {message}); nothing was written: pass "
-                "client_bulk_write=None to fall back to one bulk write per collection"
+                f"client_bulk_write=True, but the bulkWrite command was refused ({why}): "
+                "pass client_bulk_write=None to fall back to one bulk write per collection "
+                "where the server lacks it; the put may be sent again"
             ) from error
         logger.warning(
-            "the server refused the bulkWrite command (code %s: %s): puts go as one bulk "
-            "write per collection from now on",
-            error.code,
-            message,
+            "the bulkWrite command was refused (%s): puts go as one bulk write per "
+            "collection from now on",
+            why,
         )
         self.namespaces = None
         _SERVER_HAS[id(self.client)] = False

@@ -193,12 +193,7 @@ def range_chain_stages(
         ids["$gte"] = floor
     at_target: dict[str, Any] = {} if checkpoint_id is None else {"target": checkpoint_id}
     target_doc: dict[str, Any] = {"checkpoint": {"$first": "$$ROOT"}} if whole else {}
-    entry = {
-        "id": "$checkpoint_id",
-        "parent": {"$ifNull": ["$parent_checkpoint_id", None]},
-        "stored": {"$ifNull": ["$values", []]},
-        PENDING: {"$ifNull": [f"${PENDING}", False]},
-    }
+    entry = {**_chain_entry("$"), PENDING: {"$ifNull": [f"${PENDING}", False]}}
     numbered = {
         "id": "$e.id",
         "depth": {"$subtract": ["$at", 1]},
@@ -263,17 +258,20 @@ def chain_stages(
             "$group": {
                 "_id": None,
                 "start": {"$first": "$parent_checkpoint_id"},
-                "chain": {
-                    "$push": {
-                        "id": "$chain.checkpoint_id",
-                        "depth": "$chain.depth",
-                        "parent": {"$ifNull": ["$chain.parent_checkpoint_id", None]},
-                        "stored": {"$ifNull": ["$chain.values", []]},
-                    }
-                },
+                "chain": {"$push": {**_chain_entry("$chain."), "depth": "$chain.depth"}},
             }
         },
     ]
+
+
+def _chain_entry(path: str) -> dict[str, Any]:
+    """A chain entry's ``id``, ``parent`` and ``stored``, read from the checkpoint document
+    at ``path`` (``"$"``, or ``"$chain."`` for one ``$graphLookup`` found)."""
+    return {
+        "id": f"{path}checkpoint_id",
+        "parent": {"$ifNull": [f"{path}parent_checkpoint_id", None]},
+        "stored": {"$ifNull": [f"{path}values", []]},
+    }
 
 
 def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:

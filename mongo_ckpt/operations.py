@@ -38,7 +38,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 from pymongo.results import BulkWriteResult
 
 from mongo_ckpt import listdelta, maintenance, schema
@@ -508,9 +508,11 @@ class CheckpointOperations:
             requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
             try:
                 values_written, written = yield from client_bulk_write(requests, namespaces)
-            except OperationFailure as refused:
+            except (OperationFailure, InvalidOperation) as refused:
                 assert self.put_path is not None
-                self.put_path.refused(refused)  # nothing written: on in two commands
+                # Raised again unless the primary has no such command: then on in two
+                # commands, which also finish what an earlier attempt of it wrote.
+                self.put_path.refused(refused)
             else:
                 inserted = _inserted_heads(blobs, values_written)
                 if isinstance(values_written, BulkWriteError):

@@ -236,7 +236,7 @@ def test_true_refused_by_the_server_raises_and_writes_nothing(
     before = {name: saver.collections[name].count_documents({}) for name in (BLOBS, CHECKPOINTS)}
     with (
         failing_bulk_write(wire_client, 59),
-        pytest.raises(ClientBulkWriteUnavailable, match="refused the bulkWrite command .code 59"),
+        pytest.raises(ClientBulkWriteUnavailable, match="bulkWrite command was refused .code 59"),
     ):
         put_one(saver, "t", "y", parent=stored)
     after = {name: saver.collections[name].count_documents({}) for name in (BLOBS, CHECKPOINTS)}
