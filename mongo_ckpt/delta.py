@@ -258,20 +258,22 @@ def chain_stages(
             "$group": {
                 "_id": None,
                 "start": {"$first": "$parent_checkpoint_id"},
-                "chain": {"$push": {**_chain_entry("$chain."), "depth": "$chain.depth"}},
+                "chain": {"$push": _chain_entry("$chain.", depth="$chain.depth")},
             }
         },
     ]
 
 
-def _chain_entry(path: str) -> dict[str, Any]:
-    """A chain entry's ``id``, ``parent`` and ``stored``, read from the checkpoint document
-    at ``path`` (``"$"``, or ``"$chain."`` for one ``$graphLookup`` found)."""
-    return {
-        "id": f"{path}checkpoint_id",
-        "parent": {"$ifNull": [f"{path}parent_checkpoint_id", None]},
-        "stored": {"$ifNull": [f"{path}values", []]},
-    }
+def _chain_entry(path: str, depth: str | None = None) -> dict[str, Any]:
+    """A chain entry's ``id``, ``depth`` if given, ``parent`` and ``stored`` (in the order
+    every entry has), read from the checkpoint document at ``path`` (``"$"``, or
+    ``"$chain."`` for one ``$graphLookup`` found)."""
+    entry: dict[str, Any] = {"id": f"{path}checkpoint_id"}
+    if depth is not None:
+        entry["depth"] = depth
+    entry["parent"] = {"$ifNull": [f"{path}parent_checkpoint_id", None]}
+    entry["stored"] = {"$ifNull": [f"{path}values", []]}
+    return entry
 
 
 def seed_depth_stages(channels: Sequence[str]) -> list[Stage]:

@@ -503,16 +503,15 @@ class CheckpointOperations:
         # 3. values: with the client-level bulk write, in one command with step 4
         inserted: set[Any] = set()
         written: Written = None  # what the checkpoint's requests did, once sent
-        namespaces = self.put_path and self.put_path.namespaces
-        if namespaces:
+        path = self.put_path
+        if path is not None and path.namespaces is not None:
             requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
             try:
-                values_written, written = yield from client_bulk_write(requests, namespaces)
+                values_written, written = yield from client_bulk_write(requests, path.namespaces)
             except (OperationFailure, InvalidOperation) as refused:
-                assert self.put_path is not None
                 # Raised again unless the primary has no such command: then on in two
                 # commands, which also finish what an earlier attempt of it wrote.
-                self.put_path.refused(refused)
+                path.refused(refused)
             else:
                 inserted = _inserted_heads(blobs, values_written)
                 if isinstance(values_written, BulkWriteError):

@@ -106,7 +106,11 @@ def _pipeline_probes(
     for stage in pipeline:
         (kind, spec), = stage.items()
         if pushed and kind == "$match" and not leading["sort"]:
-            leading["filter"] = {"$and": [leading["filter"], spec]} if leading["filter"] else spec
+            # Adjacent $match stages coalesce into one query, as MongoDB plans them.
+            if set(leading["filter"]) & set(spec):
+                leading["filter"] = {"$and": [leading["filter"], spec]}
+            else:
+                leading["filter"] = {**leading["filter"], **spec}
         elif pushed and kind == "$sort" and leading["sort"] is None:
             leading["sort"] = spec
         else:
