@@ -311,8 +311,9 @@ class CheckpointMemory:
         with self._lock:
             if checkpoint_id is None:
                 head = self._heads.get((thread_id, checkpoint_ns))
-                ids = [self._latest.get((thread_id, checkpoint_ns)), head and head.checkpoint_id]
-                newest = max((i for i in ids if i), default=None)
+                wrote = head.checkpoint_id if head is not None else None
+                found = self._latest.get((thread_id, checkpoint_ns))
+                newest = max((i for i in (wrote, found) if i is not None), default=None)
                 if newest is None:
                     return None
                 checkpoint_id = newest

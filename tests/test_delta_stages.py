@@ -364,8 +364,15 @@ def test_the_checkpoint_a_get_tuple_finds_and_what_it_replays() -> None:
     assert memory.replayed("t", "ns", None) is None  # another namespace
     memory.read({**doc, "checkpoint_id": "c2", "replay": []}, {})
     assert memory.replayed("t", "", "c2") is None  # seen, replays nothing
+    memory.read({**doc, "checkpoint_id": "c3"}, {})
+    memory.found_latest(("t", "", "c3"))  # read as the latest: newer than the one written
+    assert memory.replayed("t", "", None) == (("t", "", "c3"), ("a",))
+    memory.found_latest(("t", "", "c2"))  # an older latest (a slow read): not kept
+    assert memory.replayed("t", "", None) == (("t", "", "c3"), ("a",))
     memory.forget(["t"])
     assert memory.replayed("t", "", None) is None
+    memory.read({**doc, "checkpoint_id": "c3"}, {})
+    assert memory.replayed("t", "", None) is None  # the latest found is forgotten too
 
 
 def test_a_history_read_with_the_tuple_is_taken_once_for_its_channels(
