@@ -100,7 +100,8 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             server and the client library have it (decided once, at setup, by a
             ``hello``); ``False`` never; ``True`` always (setup raises
             ``ClientBulkWriteUnavailable`` where they do not). ``uses_client_bulk_write``
-            tells which, after setup.
+            tells which, after setup; with ``None`` it turns ``False`` for good once a
+            primary without the command refuses it (a failover to an older release).
         """
         adopt_client(self, client)
         super().__init__(serde=serde)

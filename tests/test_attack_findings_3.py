@@ -34,6 +34,7 @@ from tests.delta_graphs import Shape, builder, message_summary
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api, assert_no_orphans, put_chain
+from tests.test_client_bulk_write import chat_turn, put_one
 
 
 @pytest.fixture
@@ -41,19 +42,6 @@ def wire_client() -> Iterator[Any]:
     client: Any = MongoClient(wire_uri(), directConnection=True)
     yield client
     client.close()
-
-
-def put_one(
-    saver: Any, thread_id: str, value: str = "x", parent: Any = None, version: str = "1"
-) -> Any:
-    checkpoint = generate_checkpoint(channel_values={"a": value}, channel_versions={"a": version})
-    return saver.put(
-        parent or generate_config(thread_id), checkpoint, generate_metadata(), {"a": version}
-    )
-
-
-def chat_turn(graph: Any, thread_id: str, text: str) -> None:
-    graph.invoke({"messages": [HumanMessage(text)]}, thread(thread_id))
 
 
 def texts(graph: Any, thread_id: str) -> list[Any]:

@@ -61,13 +61,19 @@ class Commands(monitoring.CommandListener):
 
 
 def put_one(
-    saver: Any, thread_id: str, value: str = "x", parent: Any = None, checkpoint: Any = None
+    saver: Any,
+    thread_id: str,
+    value: str = "x",
+    parent: Any = None,
+    checkpoint: Any = None,
+    version: str = "1",
 ) -> Any:
+    """A put of channel ``a`` = ``value`` at ``version`` (or of ``checkpoint``)."""
     checkpoint = checkpoint or generate_checkpoint(
-        channel_values={"a": value}, channel_versions={"a": "1"}
+        channel_values={"a": value}, channel_versions={"a": version}
     )
     config = parent or generate_config(thread_id)
-    return saver.put(config, checkpoint, generate_metadata(), {"a": "1"})
+    return saver.put(config, checkpoint, generate_metadata(), {"a": version})
 
 
 @pytest.fixture
