@@ -45,10 +45,12 @@ async def _expire(store: Any, key: str) -> None:
 
 
 async def _no_ttl_monitor(store: Any) -> Any:
-    """Set the store up, then drop its TTL index: expired items stay stored, as they do for
-    up to a minute on MongoDB (mongomock and SecantusDB would delete them at once)."""
+    """Set the store up, then drop its TTL indexes: expired items and registry entries stay
+    stored, as they do for up to a minute on MongoDB (mongomock and SecantusDB delete them
+    within a second, the latter even in the middle of a write that upserts the entry)."""
     await store.asetup()
-    await maybe_await(store.collections["store"].drop_index("expires_at"))
+    for index in ("expires_at", "registry_until"):
+        await maybe_await(store.collections["store"].drop_index(index))
     return store
 
 
