@@ -52,6 +52,13 @@ Written = BulkWriteResult | BulkWriteError | None
 (the error says which; those before it applied), or not reached (an earlier one failed)."""
 
 
+def upserted_ids(written: Written) -> dict[int, Any]:
+    """The ``_id`` of each document ``written`` inserted by upsert, by request index."""
+    if isinstance(written, BulkWriteError):
+        return {int(u["index"]): u["_id"] for u in written.details.get("upserted", [])}
+    return dict(written.upserted_ids or {}) if written is not None else {}
+
+
 @dataclass(frozen=True)
 class Call:
     """``collections[collection].method(*args, **kwargs)``.

@@ -114,12 +114,13 @@ class _Head:
 
 @dataclass(frozen=True, slots=True)
 class _Seen:
-    """A checkpoint read or written: the chains it names, its snapshot counters and the
-    DeltaChannels it replays (its ``replay``)."""
+    """A checkpoint read or written: the chains it names, its snapshot counters, the
+    DeltaChannels it replays (its ``replay``) and its document's ``_id``, if known."""
 
     chains: dict[str, list[Any]] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
     replay: tuple[str, ...] = ()
+    stored_id: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,7 @@ class CheckpointMemory:
             chains_of(doc.get("values", ())),
             supersteps_since_snapshot(metadata),
             tuple(doc.get("replay") or ()),
+            doc.get("_id"),
         )
         with self._lock:
             self._seen.put(key, seen)
@@ -224,8 +226,15 @@ class CheckpointMemory:
         key = _key(doc)
         chains = chains_of(doc.get("values", ()))
         with self._lock:
-            known = self._seen.get(key)
-            self._seen.put(key, _Seen(chains, *((known.steps, known.replay) if known else ())))
+            known = self._seen.get(key) or _Seen()
+            stored_id = doc.get("_id", known.stored_id)
+            self._seen.put(key, _Seen(chains, known.steps, known.replay, stored_id))
+
+    def stored_id(self, key: CheckpointKey) -> Any:
+        """The ``_id`` of the checkpoint ``key``'s document, if this instance has seen it."""
+        with self._lock:
+            seen = self._seen.get(key)
+        return None if seen is None else seen.stored_id
 
     def known_chains(self, key: CheckpointKey) -> dict[str, list[Any]] | None:
         """The chains the checkpoint ``key`` names, if this instance has seen it."""
@@ -285,11 +294,13 @@ class CheckpointMemory:
         parent_id: str | None = None,
         doc: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        stored_id: Any = None,
     ) -> None:
         """A checkpoint was stored on ``parent_id`` as ``plan`` says: the next ``put`` on it
         may write deltas, and it names ``plan.chains``; its document ``doc`` and
-        ``metadata`` say what it replays and how far its seeds are. What a read of the
-        parent found is dropped: the new checkpoint carries it on."""
+        ``metadata`` say what it replays and how far its seeds are, and ``stored_id`` is
+        its ``_id`` if this call inserted it. What a read of the parent found is dropped:
+        the new checkpoint carries it on."""
         thread_id, checkpoint_ns, checkpoint_id = key
         steps = supersteps_since_snapshot(metadata or {})
         replay = tuple((doc or {}).get("replay") or ())
@@ -297,7 +308,7 @@ class CheckpointMemory:
             self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
             if parent_id is not None:
                 self._heads.drop([(thread_id, checkpoint_ns, parent_id)])
-            self._seen.put(key, _Seen(plan.chains, steps, replay))
+            self._seen.put(key, _Seen(plan.chains, steps, replay, stored_id))
 
     # -- the DeltaChannel history read with ``get_tuple`` ---------------------------
 

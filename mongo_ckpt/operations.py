@@ -59,6 +59,7 @@ from mongo_ckpt.calls import (
     find_cursor,
     next_batch,
     update_many,
+    upserted_ids,
 )
 from mongo_ckpt.client_bulk import PutPath
 from mongo_ckpt.delta import (
@@ -503,9 +504,12 @@ class CheckpointOperations:
         # 3. values: with the client-level bulk write, in one command with step 4
         inserted: set[Any] = set()
         written: Written = None  # what the checkpoint's requests did, once sent
+        parent = None if parent_id is None else (thread_id, checkpoint_ns, parent_id)
+        stored_parent = None if parent is None else self.memory.stored_id(parent)
+        checkpoint_requests = _checkpoint_requests(key, doc, parent_id, stored_parent)
         path = self.put_path
         if path is not None and path.namespaces is not None:
-            requests = _put_requests(key, doc, parent_id, blobs.inserting_heads())
+            requests = [(BLOBS, blobs.inserting_heads()), (CHECKPOINTS, checkpoint_requests)]
             try:
                 values_written, written = yield from client_bulk_write(requests, path.namespaces)
             except (OperationFailure, InvalidOperation) as refused:
@@ -529,16 +533,20 @@ class CheckpointOperations:
                     yield from self._adopt_stored(key, plan, values, found, inserted)
                     doc["values"] = values_entries(plan.chains)
             # 4. checkpoint and parent probe
-            written = yield from _write_checkpoint(_checkpoint_requests(key, doc, parent_id))
+            written = yield from _write_checkpoint(checkpoint_requests)
+        # The checkpoint's ``_id``, if this call inserted it: the next put's probe names it.
+        stored_id = upserted_ids(written).get(0)
         if isinstance(written, BulkWriteError):
             if not maintenance.probe_missed(written):
                 raise written
             # 5. take back (or accept a parent never stored, and confirm)
             assert parent_id is not None  # only a put with a parent probes
-            mine = 0 in maintenance.upserted(written)  # this call inserted the checkpoint
+            mine = stored_id is not None
             yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
             yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
-        self.memory.wrote((thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata)
+        self.memory.wrote(
+            (thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata, stored_id
+        )
         return {"configurable": key}
 
     def _adopt_stored(
@@ -740,37 +748,26 @@ def _is_delta_head(doc: Mapping[str, Any]) -> bool:
 
 
 def _checkpoint_requests(
-    key: Mapping[str, str], doc: Mapping[str, Any], parent_id: str | None
+    key: Mapping[str, str], doc: Mapping[str, Any], parent_id: str | None, stored_parent: Any
 ) -> list[WriteRequest]:
     """The checkpoint's requests: its upsert alone without a parent; else inserted pending,
-    the parent probe, which fails the ordered write unless the parent is stored
-    untombstoned, and the confirmation, so nothing is visible that no probe has passed,
-    whatever cuts the write."""
+    the parent probe (``stored_parent``: the parent's ``_id``, if known), which fails the
+    ordered write unless the parent is stored untombstoned, and the confirmation, so
+    nothing is visible that no probe has passed, whatever cuts the write. With the
+    client-level bulk write they follow the values in the same command, so a reader never
+    sees a checkpoint without its values."""
     if parent_id is None:
         return [UpdateOne(key, checkpoint_update(doc), upsert=True)]
-    parent = maintenance.probe_parent({**key, "checkpoint_id": parent_id}, key["checkpoint_id"])
+    parent = maintenance.probe_parent(
+        {**key, "checkpoint_id": parent_id}, key["checkpoint_id"], stored_parent
+    )
     write = UpdateOne(key, checkpoint_update(doc, pending=True), upsert=True)
     return [write, parent, confirm_checkpoint(key)]
 
 
-def _put_requests(
-    key: Mapping[str, str],
-    doc: Mapping[str, Any],
-    parent_id: str | None,
-    values: Sequence[WriteRequest],
-) -> list[tuple[str, Sequence[WriteRequest]]]:
-    """A put's requests per collection, in the order they are applied: the ``values``
-    first, so a reader never sees a checkpoint without its values, then the checkpoint."""
-    return [(BLOBS, values), (CHECKPOINTS, _checkpoint_requests(key, doc, parent_id))]
-
-
 def _inserted_heads(blobs: ValueWrites, written: Written) -> set[Any]:
     """The value keys whose head ``written`` (the write of ``blobs``) inserted."""
-    if isinstance(written, BulkWriteError):
-        upserted: Iterable[int] = maintenance.upserted(written)
-    else:
-        upserted = (written.upserted_ids or {}) if written is not None else ()
-    return {blobs.heads[i] for i in upserted if i in blobs.heads}
+    return {blobs.heads[i] for i in upserted_ids(written) if i in blobs.heads}
 
 
 def _head_stored(error: BulkWriteError, blobs: ValueWrites) -> bool:

@@ -7,7 +7,8 @@ it acknowledges is also given to a reference ``InMemorySaver`` (extended below w
 ``copy_thread``, ``prune``, ``delete_for_runs`` and the retention sweep, which it
 lacks). The rules are what a production deployment does: graph turns, forks with
 ``update_state`` and new input at an old checkpoint, the same ``put``/``put_writes``
-again, the same ``put`` again with a different value, a new saver instance (cold
+again, the same ``put`` again with a different value, a thread's documents restored
+under new ``_id``s (an export restored, a second migration), a new saver instance (cold
 caches), turns taken over by another live instance with its own memory (a second worker
 behind a load balancer), a failover to a primary without the client-level ``bulkWrite``
 (wire), ``prune``, ``delete_for_runs``, ``copy_thread``, ``delete_thread``, the
@@ -32,6 +33,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import pytest
+from bson import ObjectId
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -60,6 +62,7 @@ from typing_extensions import TypedDict
 import mongo_ckpt
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.clock import server_now
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import failing_bulk_write, sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Fault, Faults
@@ -344,6 +347,19 @@ class SaverModel(RuleBasedStateMachine):
         # it must read back as the reference stores it.
         self.steps.append("  accepted")
         self.reference.put(config, checkpoint, metadata, new_versions)
+
+    @rule(thread=st.sampled_from(THREADS))
+    def restore_under_new_ids(self, thread: str) -> None:
+        """The thread's documents stored again under new ``_id``s, as a restored export or a
+        second migration stores them, while both savers' memories name the old ones."""
+        self.steps.append(f"restore {thread} under new _ids")
+        with self.sending:
+            for name in (CHECKPOINTS, BLOBS, WRITES):
+                collection = self.saver.collections[name]
+                docs = list(collection.find({"thread_id": thread}))
+                if docs:
+                    collection.delete_many({"_id": {"$in": [d["_id"] for d in docs]}})
+                    collection.insert_many([{**d, "_id": ObjectId()} for d in docs])
 
     @rule()
     def new_saver_instance(self) -> None:
