@@ -319,28 +319,41 @@ class CheckpointMemory:
         newer of the one this instance wrote last there and the latest it found there) is
         expected to find, and the DeltaChannels it replays; ``None`` unless this instance
         has seen it and it replays some."""
-        with self._lock:
+        if checkpoint_id is None:
+            checkpoint_id = self.newest_known(thread_id, checkpoint_ns)
             if checkpoint_id is None:
-                head = self._heads.get((thread_id, checkpoint_ns))
-                wrote = head.checkpoint_id if head is not None else None
-                found = self._latest.get((thread_id, checkpoint_ns))
-                newest = max((i for i in (wrote, found) if i is not None), default=None)
-                if newest is None:
-                    return None
-                checkpoint_id = newest
-            key = (thread_id, checkpoint_ns, checkpoint_id)
+                return None
+        key = (thread_id, checkpoint_ns, checkpoint_id)
+        with self._lock:
             seen = self._seen.get(key)
         if seen is None or not seen.replay:
             return None
         return key, seen.replay
 
-    def found_latest(self, key: CheckpointKey) -> None:
-        """A ``get_tuple`` of the latest checkpoint of the thread found ``key`` (kept unless
-        a newer one was found: ids sort by time)."""
+    def newest_known(self, thread_id: str, checkpoint_ns: str) -> str | None:
+        """The newest checkpoint id this instance knows stored on the thread and namespace:
+        the newer of the one it wrote last there and the latest it found there."""
         with self._lock:
-            known = self._latest.get(key[:2])
-            if known is None or known < key[2]:
-                self._latest.put(key[:2], key[2])
+            head = self._heads.get((thread_id, checkpoint_ns))
+            found = self._latest.get((thread_id, checkpoint_ns))
+        wrote = head.checkpoint_id if head is not None else None
+        return max((i for i in (wrote, found) if i is not None), default=None)
+
+    def found_latest(self, thread: tuple[str, str], checkpoint_id: str | None, whole: bool) -> None:
+        """A ``get_tuple`` of the latest checkpoint of ``thread`` (thread, namespace) found
+        ``checkpoint_id`` (``None``: none). Kept unless a newer one is known (ids sort by
+        time); after a read of the whole thread (``whole``), kept as the newest even when an
+        older one, and the checkpoint written last is forgotten if newer: it is gone."""
+        with self._lock:
+            known = self._latest.get(thread)
+            if whole:
+                head = self._heads.get(thread)
+                if head is not None and head.checkpoint_id > (checkpoint_id or ""):
+                    self._heads.drop([thread])
+                self._latest.drop([thread])
+                known = None
+            if checkpoint_id is not None and (known is None or known < checkpoint_id):
+                self._latest.put(thread, checkpoint_id)
 
     def prefetched(self, key: CheckpointKey, channels: Sequence[str], read: RangeRead) -> None:
         """A ``get_tuple`` of ``key`` read the history of ``channels`` there: kept for the

@@ -271,6 +271,11 @@ class CheckpointOperations:
         (``reading.tuple_pipeline``), and a ``find`` only for values the join did not
         bring whole (stored without a ``join`` key, or deleted meanwhile).
 
+        The latest checkpoint of a thread this instance knows is read from the newest id it
+        knows there on (``memory.newest_known``), so the key index bounds the read; when
+        nothing is found from there (deleted by another instance), one more aggregation
+        reads the whole thread, and what it finds is remembered.
+
         When this instance knows the checkpoint it will find (the latest: the one it wrote
         or found last) and that checkpoint replays DeltaChannels, the aggregation also reads
         their history (``delta.tuple_history_pipeline``), kept for the
@@ -278,7 +283,11 @@ class CheckpointOperations:
         start at a checkpoint to return, the tuple is read alone."""
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
         query = checkpoint_query(thread_id, checkpoint_ns, checkpoint_id)
-        pipeline = tuple_pipeline(query, self.layout.by_logical())
+        pipelines = [tuple_pipeline(query, self.layout.by_logical())]
+        newest = None if checkpoint_id else self.memory.newest_known(thread_id, checkpoint_ns)
+        if newest is not None:  # first read from there on: the index bounds the read
+            bounded = {**query, "checkpoint_id": {"$gte": newest}}
+            pipelines.insert(0, tuple_pipeline(bounded, self.layout.by_logical()))
         prefetch = self._prefetch(thread_id, checkpoint_ns, checkpoint_id)
         attempts = 0
         while True:
@@ -287,10 +296,17 @@ class CheckpointOperations:
             if prefetch is not None and attempts == 0:
                 both = yield from aggregate(CHECKPOINTS, prefetch.pipeline)
                 docs, history = split_prefetched(both)
+            whole = False  # whether the read that found it (or nothing) took the whole thread
             if not docs:  # no prefetch, or its range did not start at a checkpoint to return
                 history = None
-                docs = yield from aggregate(CHECKPOINTS, pipeline)
+                for pipeline in pipelines:
+                    docs = yield from aggregate(CHECKPOINTS, pipeline)
+                    whole = pipeline is pipelines[-1]
+                    if docs:
+                        break
             doc, value_docs, write_docs = split_joined(docs)
+            if checkpoint_id is None and doc is None:
+                self.memory.found_latest((thread_id, checkpoint_ns), None, whole=True)
             if doc is None:
                 return None
             loaded = Loaded(self.serde, value_docs, write_docs)
@@ -308,7 +324,7 @@ class CheckpointOperations:
                 continue  # deleted (by maintenance) while it was read: read again
             found = (thread_id, checkpoint_ns, doc["checkpoint_id"])
             if checkpoint_id is None:
-                self.memory.found_latest(found)
+                self.memory.found_latest(found[:2], found[2], whole)
             if prefetch is not None and history is not None:
                 judgement = judged(history, prefetch.channels, prefetch.limit)
                 self.memory.prefetched(found, prefetch.channels, judgement)

@@ -16,7 +16,8 @@ retention sweep from another instance whose clock is off, and a call cut at a
 random step (then sent again, as a client does after a lost reply).
 
 After every rule, every stored checkpoint of every thread reads back equal to the
-reference's, and no checkpoint is visible that the reference does not hold; an
+reference's, so does the latest as each live instance reads it, and no checkpoint is
+visible that the reference does not hold; an
 operation that raises a documented error changes nothing.
 
 Default tier: a short run on mock. Exhaustive tier (``--full``): long runs on mock
@@ -274,7 +275,7 @@ class SaverModel(RuleBasedStateMachine):
         self.turns += 1
         run_id = str(uuid.uuid4())
         self.runs.append(run_id)
-        self.graph.invoke(input, {**config, "run_id": run_id})
+        self.graph.invoke(input, {**config, "metadata": {"run_id": run_id}})
 
     def _history(self, thread: str) -> list[CheckpointTuple]:
         return list(self.saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}))
@@ -472,6 +473,14 @@ class SaverModel(RuleBasedStateMachine):
             for key in ours:
                 assert ours[key] == theirs[key], (
                     f"thread {thread} checkpoint {key} differs\n" + "\n".join(self.steps)
+                )
+            # The latest, as each live instance reads it with what it remembers.
+            config = {"configurable": {"thread_id": thread}}
+            latest = self.reference.get_tuple(config)
+            for instance in (self.saver, self.peer):
+                found = instance.get_tuple(config)
+                assert (found and _comparable(found)) == (latest and _comparable(latest)), (
+                    f"thread {thread}: another latest checkpoint\n" + "\n".join(self.steps)
                 )
 
 
