@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +32,27 @@ from tests.saver_support import Api
 from tests.test_delta_prefetch import replaying_latest
 
 AGGREGATE = (CHECKPOINTS, "aggregate")
+
+
+@contextmanager
+def skewed_ids(offset: timedelta) -> Iterator[None]:
+    """LangGraph's checkpoint ids (uuid6) made by a process whose clock is ``offset`` off,
+    and the library's clock too (``skewed_client_clock``): uuid6 keeps the ids of one
+    process increasing, so its memory of the last timestamp is set aside meanwhile (the other
+    writer is another process)."""
+    import langgraph.checkpoint.base.id as ids
+
+    real = ids.time
+    last = ids._last_v6_timestamp
+    shift = int(offset.total_seconds() * 1e9)
+    ids.time = SimpleNamespace(time_ns=lambda: real.time_ns() + shift)  # type: ignore[assignment]
+    ids._last_v6_timestamp = None
+    try:
+        with skewed_client_clock(offset):
+            yield
+    finally:
+        ids.time = real  # type: ignore[assignment]
+        ids._last_v6_timestamp = last  # this process never saw the other's timestamps
 
 
 def comparable(item: CheckpointTuple | None) -> Any:
@@ -174,10 +198,12 @@ async def test_another_writer_with_a_clock_behind(api: Api) -> None:
     await run_turn(api, graph, "mine")
     other = api.reopened()
     other_graph = other.compile(chat_builder())
-    with skewed_client_clock(timedelta(hours=-1)):
+    with skewed_ids(timedelta(hours=-1)):
         await run_turn(other, other_graph, "theirs behind")
     everything = await api.list(thread("t"))
     greatest = max(item.checkpoint["id"] for item in everything)
+    theirs = [i for i in everything if "theirs behind" in (said(i) or [])]
+    assert theirs and all(i.checkpoint["id"] < greatest for i in theirs)  # skewed indeed
     for reader in (api, other):
         found = await agree(reader, thread("t"), aggregates=1)
         assert found is not None and found.checkpoint["id"] == greatest
@@ -280,7 +306,7 @@ async def test_delete_thread_then_a_new_run(api: Api, where: str) -> None:
     runner = api if where == "here" else other
     runner_graph = graph if runner is api else other.compile(chat_builder())
     if where == "there behind":
-        with skewed_client_clock(timedelta(hours=-1)):
+        with skewed_ids(timedelta(hours=-1)):
             await run_turn(runner, runner_graph, "new")
     else:
         await run_turn(runner, runner_graph, "new")
@@ -542,7 +568,7 @@ async def test_a_subgraph_resumed_and_rerun_by_another_instance(api: Api) -> Non
     await check()
     await other.delete_thread("t")
     reference.checkpointer.delete_thread("t")  # type: ignore[union-attr]
-    with skewed_client_clock(timedelta(hours=-1)):
+    with skewed_ids(timedelta(hours=-1)):
         await other.invoke(other_graph, {"topic": "again"}, config)
     reference.invoke({"topic": "again"}, config)
     await check()
@@ -562,3 +588,40 @@ async def test_every_deletion_by_this_instance(api: Api, deletion: Any) -> None:
     await run_turn(api, graph, "after")
     latest = await agree(api, thread("t"), aggregates=1)
     assert said(latest) == [*(said(cold) or []), "after"]
+
+
+async def test_another_writer_with_a_clock_ahead(api: Api) -> None:
+    """Its checkpoint has a greater id than the ones this instance writes on it next: the
+    latest stays the greatest id (``InMemorySaver``'s), read in one aggregation, until that
+    one is deleted; then this instance's own, newest remaining."""
+    graph = api.compile(chat_builder())
+    await run_turn(api, graph, "mine")
+    other = api.reopened()
+    with skewed_ids(timedelta(hours=1)):
+        ahead = await run_turn(other, other.compile(chat_builder()), "theirs ahead")
+    await run_turn(api, graph, "mine after")
+    everything = await api.reopened().list(thread("t"))
+    greatest = max(i.checkpoint["id"] for i in everything)
+    found = await agree(api, thread("t"), aggregates=1)
+    assert found is not None and found.checkpoint["id"] == greatest
+    await other.delete_for_runs([ahead])
+    found = await agree(api, thread("t"), aggregates=2)
+    assert found is not None and said(found) == ["mine", "theirs ahead", "mine after"]
+    await agree(api, thread("t"), aggregates=1)
+
+
+async def test_polls_racing_a_run_after_a_deletion(api: Api) -> None:
+    """Reads of this instance concurrent with its own run, after another instance deleted
+    the newest checkpoint it knew: each returns a state the thread had, and afterwards the
+    latest is read in one aggregation."""
+    graph = api.compile(chat_builder())
+    await run_turn(api, graph, "kept")
+    last = await run_turn(api, graph, "deleted")
+    await api.reopened().delete_for_runs([last])
+    results = await asyncio.gather(
+        run_turn(api, graph, "racing"), *(api.get_tuple(thread("t")) for _ in range(4))
+    )
+    for polled in results[1:]:
+        assert said(polled) in (["kept"], ["kept", "racing"])
+    found = await agree(api, thread("t"), aggregates=1)
+    assert said(found) == ["kept", "racing"]
