@@ -625,3 +625,25 @@ async def test_polls_racing_a_run_after_a_deletion(api: Api) -> None:
         assert said(polled) in (["kept"], ["kept", "racing"])
     found = await agree(api, thread("t"), aggregates=1)
     assert said(found) == ["kept", "racing"]
+
+
+@pytest.mark.parametrize("newer", [False, True])
+async def test_prefetch_state_after_the_latest_deleted(api: Api, newer: bool) -> None:
+    """The replaying latest this instance wrote deleted (and, with ``newer``, another
+    instance's turn on its parent stored meanwhile): the state this instance's graph loads
+    (tuple, then the DeltaChannel history LangGraph asks for) is a cold instance's."""
+    from tests.delta_graphs import message_summary
+    from tests.perf.conversation import DELTA, chat_graph, human_message
+
+    talk = Conversation(api)
+    latest = await replaying_latest(talk)
+    key = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": latest.checkpoint["id"]}
+    await maybe_await(api.raw(CHECKPOINTS).delete_one(key))
+    cold = api.reopened()
+    cold_graph = chat_graph(cold.saver, DELTA, 4)
+    if newer:
+        await cold.invoke(cold_graph, {"messages": [human_message(99)]}, thread("t"))
+    ours = await api.state(talk.graphs[0], thread("t"))
+    theirs = await api.reopened().state(chat_graph(api.reopened().saver, DELTA, 4), thread("t"))
+    assert ours.config == theirs.config
+    assert message_summary(ours.values["messages"]) == message_summary(theirs.values["messages"])
