@@ -411,9 +411,9 @@ async def test_prefetch_with_the_thread_deleted_elsewhere(api: Api) -> None:
     assert await agree(api, thread("t"), aggregates=1) is None
 
 
-async def test_prefetch_with_the_newest_deleted_and_nothing_in_its_range(api: Api) -> None:
-    """The replaying latest deleted (its run) and the rest of the thread below the range
-    the prefetch reads: prefetch, bounded read, whole read."""
+async def test_prefetch_with_only_the_replaying_latest_deleted(api: Api) -> None:
+    """The replaying latest deleted by hand, its parent left in the range the prefetch
+    reads: found by the prefetch (or the reads after it), at most two aggregations."""
     talk = Conversation(api)
     latest = await replaying_latest(talk)
     expected_left = [
