@@ -339,16 +339,25 @@ class CheckpointMemory:
         wrote = head.checkpoint_id if head is not None else None
         return max((i for i in (wrote, found) if i is not None), default=None)
 
-    def found_latest(self, thread: tuple[str, str], checkpoint_id: str | None, whole: bool) -> None:
+    def found_latest(
+        self,
+        thread: tuple[str, str],
+        checkpoint_id: str | None,
+        whole: bool,
+        since: str | None = None,
+    ) -> None:
         """A ``get_tuple`` of the latest checkpoint of ``thread`` (thread, namespace) found
         ``checkpoint_id`` (``None``: none). Kept unless a newer one is known (ids sort by
         time); after a read of the whole thread (``whole``), kept as the newest even when an
-        older one, and the checkpoint written last is forgotten if newer: it is gone."""
+        older one, and the checkpoint written last is forgotten if newer: it is gone, unless
+        it is newer than ``since`` (the ``newest_known`` when the read began): then a put
+        of this instance wrote it while the read ran."""
         with self._lock:
             known = self._latest.get(thread)
             if whole:
                 head = self._heads.get(thread)
-                if head is not None and head.checkpoint_id > (checkpoint_id or ""):
+                written = head.checkpoint_id if head is not None else None
+                if written is not None and (checkpoint_id or "") < written <= (since or ""):
                     self._heads.drop([thread])
                 self._latest.drop([thread])
                 known = None

@@ -306,7 +306,7 @@ class CheckpointOperations:
                         break
             doc, value_docs, write_docs = split_joined(docs)
             if checkpoint_id is None and doc is None:
-                self.memory.found_latest((thread_id, checkpoint_ns), None, whole=True)
+                self.memory.found_latest((thread_id, checkpoint_ns), None, True, newest)
             if doc is None:
                 return None
             loaded = Loaded(self.serde, value_docs, write_docs)
@@ -324,7 +324,7 @@ class CheckpointOperations:
                 continue  # deleted (by maintenance) while it was read: read again
             found = (thread_id, checkpoint_ns, doc["checkpoint_id"])
             if checkpoint_id is None:
-                self.memory.found_latest(found[:2], found[2], whole)
+                self.memory.found_latest(found[:2], found[2], whole, newest)
             if prefetch is not None and history is not None:
                 judgement = judged(history, prefetch.channels, prefetch.limit)
                 self.memory.prefetched(found, prefetch.channels, judgement)

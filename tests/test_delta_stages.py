@@ -371,9 +371,9 @@ def test_the_checkpoint_a_get_tuple_finds_and_what_it_replays() -> None:
     assert memory.replayed("t", "", None) == (("t", "", "c3"), ("a",))
     assert memory.newest_known("t", "") == "c3"
     # A read of the whole thread found an older one: c3 is gone; c1, written last, is older.
-    memory.found_latest(("t", ""), "c2", whole=True)
+    memory.found_latest(("t", ""), "c2", whole=True, since="c3")
     assert memory.newest_known("t", "") == "c2"
-    memory.found_latest(("t", ""), None, whole=True)  # the thread is empty: c1 is gone too
+    memory.found_latest(("t", ""), None, whole=True, since="c2")  # empty: c1 is gone too
     assert memory.newest_known("t", "") is None
     assert memory.replayed("t", "", None) is None
     memory.found_latest(("t", ""), "c3", whole=False)
