@@ -344,7 +344,7 @@ class CheckpointMemory:
         thread: tuple[str, str],
         checkpoint_id: str | None,
         whole: bool,
-        since: str | None = None,
+        since: str | None,
     ) -> None:
         """A ``get_tuple`` of the latest checkpoint of ``thread`` (thread, namespace) found
         ``checkpoint_id`` (``None``: none). Kept unless a newer one is known (ids sort by

@@ -293,13 +293,15 @@ class CheckpointOperations:
         while True:
             history: list[Mapping[str, Any]] | None = None
             docs: Sequence[Mapping[str, Any]] = []
+            reads = pipelines
             if prefetch is not None and attempts == 0:
                 both = yield from aggregate(CHECKPOINTS, prefetch.pipeline)
                 docs, history = split_prefetched(both)
+                reads = pipelines[-1:]  # its range held the bounded one: the whole thread next
             whole = False  # whether the read that found it (or nothing) took the whole thread
             if not docs:  # no prefetch, or its range did not start at a checkpoint to return
                 history = None
-                for pipeline in pipelines:
+                for pipeline in reads:
                     docs = yield from aggregate(CHECKPOINTS, pipeline)
                     whole = pipeline is pipelines[-1]
                     if docs:

@@ -365,9 +365,9 @@ def test_the_checkpoint_a_get_tuple_finds_and_what_it_replays() -> None:
     memory.read({**doc, "checkpoint_id": "c2", "replay": []}, {})
     assert memory.replayed("t", "", "c2") is None  # seen, replays nothing
     memory.read({**doc, "checkpoint_id": "c3"}, {})
-    memory.found_latest(("t", ""), "c3", whole=False)  # read as the latest: newer than c1
+    memory.found_latest(("t", ""), "c3", False, "c1")  # read as the latest: newer than c1
     assert memory.replayed("t", "", None) == (("t", "", "c3"), ("a",))
-    memory.found_latest(("t", ""), "c2", whole=False)  # an older latest (a slow read): not kept
+    memory.found_latest(("t", ""), "c2", False, "c3")  # an older latest (a slow read): not kept
     assert memory.replayed("t", "", None) == (("t", "", "c3"), ("a",))
     assert memory.newest_known("t", "") == "c3"
     # A read of the whole thread found an older one: c3 is gone; c1, written last, is older.
@@ -376,7 +376,7 @@ def test_the_checkpoint_a_get_tuple_finds_and_what_it_replays() -> None:
     memory.found_latest(("t", ""), None, whole=True, since="c2")  # empty: c1 is gone too
     assert memory.newest_known("t", "") is None
     assert memory.replayed("t", "", None) is None
-    memory.found_latest(("t", ""), "c3", whole=False)
+    memory.found_latest(("t", ""), "c3", False, None)
     memory.forget(["t"])
     assert memory.replayed("t", "", None) is None
     memory.read({**doc, "checkpoint_id": "c3"}, {})
