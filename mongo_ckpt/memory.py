@@ -299,8 +299,9 @@ class CheckpointMemory:
         """A checkpoint was stored on ``parent_id`` as ``plan`` says: the next ``put`` on it
         may write deltas, and it names ``plan.chains``; its document ``doc`` and
         ``metadata`` say what it replays and how far its seeds are, and ``stored_id`` is
-        its ``_id`` if this call inserted it. What a read of the parent found is dropped:
-        the new checkpoint carries it on."""
+        its ``_id`` if this call inserted it (else the one known stays: the same put
+        again). What a read of the parent found is dropped: the new checkpoint carries it
+        on."""
         thread_id, checkpoint_ns, checkpoint_id = key
         steps = supersteps_since_snapshot(metadata or {})
         replay = tuple((doc or {}).get("replay") or ())
@@ -308,6 +309,8 @@ class CheckpointMemory:
             self._heads.put((thread_id, checkpoint_ns), _Head(checkpoint_id, plan.links))
             if parent_id is not None:
                 self._heads.drop([(thread_id, checkpoint_ns, parent_id)])
+            if stored_id is None and (known := self._seen.get(key)) is not None:
+                stored_id = known.stored_id
             self._seen.put(key, _Seen(plan.chains, steps, replay, stored_id))
 
     # -- the DeltaChannel history read with ``get_tuple`` ---------------------------
