@@ -67,9 +67,12 @@ async def stored(api: Api, checkpoint_id: str, thread_id: str = "t") -> dict[str
     return docs[0] if docs else None
 
 
-async def step_until(stepper: Stepper, done: Any) -> None:
+async def step_until(stepper: Stepper, done: Any, *, or_end: bool = False) -> None:
+    """Step ``stepper`` until ``done()`` (or, with ``or_end``, until it has ended)."""
     while not await done():
-        assert await stepper.step(), "the operation ended first"
+        if not await stepper.step():
+            assert or_end, "the operation ended first"
+            return
 
 
 # -- 1. prune keep_latest beside a put on the latest whose probe missed ---------------
@@ -93,7 +96,7 @@ async def _prune_beside_a_pending_put_on_the_latest(api: Api, stale: bool) -> tu
 
     await step_until(writer, child_written)  # its checkpoint's command (with the probe) ran
     pruning = Stepper(api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"))
-    await step_until(pruning, parent_tombstoned)  # its look, then its tombstones
+    await step_until(pruning, parent_tombstoned, or_end=True)  # its look, its tombstones
     await writer.finish()
     await pruning.finish()
     assert pruning.raised is None
@@ -135,11 +138,17 @@ MAINTENANCE = {
 }
 
 
-def _triples(calls: int) -> list[tuple[int, int, int]]:
+def _triples(calls: int, every: bool) -> list[tuple[int, int, int]]:
     """Positions (after how many maintenance calls) of the put's checkpoint command, of its
     ``judge_parent`` read and of what follows (the confirmation): each first position with
-    the next right after it, one later, and at the end."""
-    later = lambda p: {p, min(p + 1, calls), calls}  # noqa: E731
+    the next right after it, one later, and at the end; on a server (slower) the read
+    right after the command, and what follows right after it or at the end."""
+
+    def later(p: int) -> set[int]:
+        return {p, min(p + 1, calls), calls}
+
+    if not every:
+        return sorted({(a, a, c) for a in range(calls + 1) for c in (a, calls)})
     return sorted({(a, b, c) for a in range(calls + 1) for b in later(a) for c in later(b)})
 
 
@@ -167,7 +176,7 @@ async def test_fork_with_a_stale_id_from_a_checkpoint_being_deleted(
     calls = await _delete_thread_calls(api, name)
     outcomes = {"stored": 0, "refused": 0}
     problems: list[str] = []
-    for first, second, third in _triples(calls):
+    for first, second, third in _triples(calls, every=target.backend == "mock"):
         fork = await Fork.build(api, shares)
         await restore_under_new_ids(api, "t")
         fork_id = fork.checkpoint["id"]
@@ -291,7 +300,7 @@ async def test_prune_beside_a_put_on_a_latest_with_an_expired_tombstone(api: Api
 
     await step_until(writer, child_written)
     pruning = Stepper(api, maintenance.prune(api.saver.memory.forget, ["t"], "keep_latest"))
-    await step_until(pruning, parent_tombstoned_anew)
+    await step_until(pruning, parent_tombstoned_anew, or_end=True)
     await writer.finish()
     await pruning.finish()
     left = [t.checkpoint["id"] for t in await api.list({"configurable": {"thread_id": "t"}})]
@@ -585,3 +594,56 @@ async def test_a_run_goes_on_after_its_thread_is_restored_mid_run(
     assert history == expected_history
     assert await api.count(CHECKPOINTS, {PENDING: True}) == 0
     await assert_no_orphans(api)
+
+
+# -- 8. what the memory keeps: the same put again, a pending parent -------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="minor (round trips on the wire server only): memory.wrote replaces a known _id "
+    "with None when the put did not insert its checkpoint (the same put again)",
+)
+async def test_the_same_put_again_keeps_the_id_its_first_attempt_learned(api: Api) -> None:
+    """A put, then the same put again (LangGraph's retry of a step, a replayed request):
+    the second finds the checkpoint stored and inserts nothing, so ``upserted_ids`` has no
+    ``_id`` for it and ``memory.wrote`` stores ``None`` over the one the first put learned.
+    The next put's probe then names no ``_id`` (on the wire server it reads every
+    checkpoint of the thread again). Expected: the known ``_id`` is kept."""
+    configs = await put_chain(api, "t", 2)
+    versions = {"a": f"{3:08}", "b": f"{1:08}"}
+    checkpoint = generate_checkpoint(channel_values=values_at(2, "t"), channel_versions=versions)
+    args = (configs[-1], checkpoint, generate_metadata(step=2), {"a": versions["a"]})
+    child = await api.put(*args)
+    await api.put(*args)
+    sent = record_requests(api)
+    versions = {"a": f"{4:08}", "b": f"{1:08}"}
+    following = generate_checkpoint(channel_values=values_at(3, "t"), channel_versions=versions)
+    await api.put(child, following, generate_metadata(step=3), {"a": versions["a"]})
+    child_doc = await stored(api, checkpoint["id"])
+    assert child_doc is not None
+    assert [p.get("_id") for p in probes(sent)] == [child_doc["_id"]]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["probe-names-id", "stale-id"])
+async def test_a_pending_parent_is_accepted_as_before(api: Api, named: bool) -> None:
+    """A parent stored but ``pending`` (its own put not confirmed yet): neither the probe
+    (which never looked at ``pending``, with or without the ``_id``) nor ``judge_parent``
+    (after a miss on a stale ``_id``) refuses a child on it; the child is stored and reads
+    back whole, the pending parent stays invisible. Not changed by this commit: both
+    paths decide alike."""
+    configs = await put_chain(api, "t", 3)
+    parent_id = configs[-1]["configurable"]["checkpoint_id"]
+    key = {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": parent_id}
+    await maybe_await(api.raw(CHECKPOINTS).update_one(key, {"$set": {PENDING: True}}))
+    if not named:
+        await restore_under_new_ids(api, "t")
+    counter = count_calls(api.saver.collections)
+    op, child_id = next_put(api, configs[-1], 3)
+    await api.run(op)
+    assert counter[(CHECKPOINTS, "find")] == (0 if named else 1)
+    found = await api.get_tuple(generate_config("t"))
+    assert found.checkpoint["id"] == child_id
+    assert found.checkpoint["channel_values"] == values_at(3, "t")
+    listed = [t.checkpoint["id"] for t in await api.list(generate_config("t"))]
+    assert parent_id not in listed and len(listed) == 3
