@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from bson import ObjectId
 from pymongo import UpdateOne
@@ -189,20 +189,26 @@ def judge_parent(
     doc: Mapping[str, Any],
     inserted: set[Any],
     mine: bool,
-) -> Operation[None]:
+) -> Operation[bool]:
     """After a probe that missed the parent: accept a parent stored without a live
     tombstone (one expired on the server's clock, or none: stored under another ``_id``
     than the probe named), or one never stored when every value the checkpoint ``doc`` names
     is stored, unmarked, with the chain it names (and, unless this call inserted it, named
     by another stored checkpoint), and no DeltaChannel replays history; otherwise take
     the checkpoint back (``mine``: this call inserted it; ``inserted``: the value keys it
-    inserted)."""
+    inserted) and raise ``StaleParentError``.
+
+    Returns whether the parent was found without any tombstone: the confirmation then
+    goes behind a probe of its own (``confirmation``), as on the usual path, so a
+    tombstone set meanwhile is seen before the checkpoint shows."""
     parent = {**key, "checkpoint_id": parent_id}
     found = yield from find(CHECKPOINTS, parent, projection={DOOMED: 1, DOOMED_AT: 1})
     unreadable = False
     if found:
-        if DOOMED not in found[0] or not is_live(found[0], (yield from server_now())):
-            return
+        if DOOMED not in found[0]:
+            return True
+        if not is_live(found[0], (yield from server_now())):
+            return False
     elif not doc.get("replay"):
         named = needed_values([doc])
         heads: list[Document] = []
@@ -212,9 +218,9 @@ def judge_parent(
         if _chains_stored(heads, chains_of(doc.get("values", ()))) and (
             yield from _still_named(key, named - inserted, mine)
         ):
-            return
+            return False
         unreadable = len(heads) < len(named)
-    yield from _take_back(key, parent_id, inserted, mine, hide=unreadable)
+    return (yield from _take_back(key, parent_id, inserted, mine, hide=unreadable))
 
 
 def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
@@ -254,7 +260,7 @@ def _still_named(key: Mapping[str, str], borrowed: set[Any], mine: bool) -> Oper
 
 def _take_back(
     key: Mapping[str, str], parent_id: str, inserted: set[Any], mine: bool, *, hide: bool
-) -> Operation[None]:
+) -> Operation[NoReturn]:
     """Delete the checkpoint if this call inserted it (``mine``), else make it pending again
     when ``hide`` (a value it names is gone: an earlier attempt cut before its probe, which
     this call's confirmation would otherwise show); leave the values it inserted marked for
@@ -294,15 +300,30 @@ def prune(forget: Forget, thread_ids: Sequence[str], strategy: str) -> Operation
 
 
 def prune_plan(thread_ids: Sequence[str]) -> Operation[tuple[list[Document], list[Document]]]:
-    """What ``keep_latest`` would delete: ``(skeletons of the threads, doomed ones)``."""
+    """What ``keep_latest`` would delete: ``(skeletons of the threads, doomed ones)``: all
+    but each namespace's latest visible checkpoint and any pending one newer than it."""
     skeletons = yield from _skeletons(coerce_ids(thread_ids, "thread_ids"))
     latest: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for s in skeletons:
         ns_key = key_of(s)[:2]
+        if s.get(PENDING):
+            continue
         if ns_key not in latest or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]:
             latest[ns_key] = s
-    # Keep each namespace's latest checkpoint and the ancestors its DeltaChannels replay.
-    keep = {key_of(s) for s in latest.values()} | needed_ancestors(skeletons, latest.values())
+    # A pending checkpoint newer than its namespace's latest visible one is a put in
+    # flight: kept beside it (the put may still be refused, leaving that one the latest).
+    in_flight = [
+        s
+        for s in skeletons
+        if s.get(PENDING)
+        and (
+            (ns_key := key_of(s)[:2]) not in latest
+            or s["checkpoint_id"] > latest[ns_key]["checkpoint_id"]
+        )
+    ]
+    # Keep those and the ancestors their DeltaChannels replay.
+    kept = [*latest.values(), *in_flight]
+    keep = {key_of(s) for s in kept} | needed_ancestors(skeletons, kept)
     return skeletons, [s for s in skeletons if key_of(s) not in keep]
 
 
