@@ -163,6 +163,37 @@ class CountingCollection:
         return call
 
 
+class FirstArguments:
+    """Delegates to a collection (or the saver's client) and keeps the first argument of
+    every call of ``method`` on it (the requests of a ``bulk_write``, the pipeline of an
+    ``aggregate``)."""
+
+    def __init__(self, inner: Any, method: str, sent: list[Any]) -> None:
+        self._inner, self._method, self._sent = inner, method, sent
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._inner, attr)
+        if attr != self._method:
+            return value
+
+        def call(first: Any, *args: Any, **kwargs: Any) -> Any:
+            self._sent.append(first)
+            return value(first, *args, **kwargs)
+
+        return call
+
+
+def record_first_arguments(
+    collections: dict[str, Any], names: Iterable[str], method: str
+) -> list[Any]:
+    """Wrap ``collections[name]`` for each of ``names`` in place; the returned list fills
+    with the first argument of each ``method`` call on them."""
+    sent: list[Any] = []
+    for name in names:
+        collections[name] = FirstArguments(collections[name], method, sent)
+    return sent
+
+
 def count_calls(collections: dict[str, Any]) -> Counter:
     """Wrap ``collections`` in place; the returned counter fills as calls are made."""
     counter: Counter = Counter()

@@ -21,7 +21,6 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from pymongo import UpdateOne
 from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import StaleParentError, maintenance
@@ -38,7 +37,7 @@ from tests.saver_support import (
     put_chain,
     values_at,
 )
-from tests.test_parent_probe import record_requests
+from tests.test_parent_probe import probes, record_requests
 from tests.test_saver_fork_races import MAINTENANCE as FORK_MAINTENANCE
 from tests.test_saver_fork_races import STEPPED, Fork, Stepper
 
@@ -342,14 +341,6 @@ async def restore_with(api: Api, thread_id: str, kind: str) -> dict[str, Any]:
         ids[doc["checkpoint_id"]] = _new_id(kind, doc)
         await maybe_await(raw.insert_one({**doc, "_id": ids[doc["checkpoint_id"]]}))
     return ids
-
-
-def probes(sent: list[Any]) -> list[dict[str, Any]]:
-    return [
-        r._filter
-        for r in sent
-        if isinstance(r, UpdateOne) and maintenance.DOOMED in r._filter and r._upsert
-    ]
 
 
 @pytest.mark.parametrize("kind", ["str", "document", "int"])

@@ -12,35 +12,16 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt.layout import CHECKPOINTS
-from tests.backends import count_calls
+from tests.backends import count_calls, record_first_arguments
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api
 
 AGGREGATE = (CHECKPOINTS, "aggregate")
 
 
-class Pipelines:
-    """Delegates to a collection and keeps the pipeline of each ``aggregate``."""
-
-    def __init__(self, inner: Any, sent: list[Any]) -> None:
-        self._inner, self._sent = inner, sent
-
-    def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._inner, attr)
-        if attr != "aggregate":
-            return value
-
-        def aggregate(pipeline: Any, *args: Any, **kwargs: Any) -> Any:
-            self._sent.append(pipeline)
-            return value(pipeline, *args, **kwargs)
-
-        return aggregate
-
-
 def record_pipelines(api: Api) -> list[Any]:
-    sent: list[Any] = []
-    api.saver.collections[CHECKPOINTS] = Pipelines(api.saver.collections[CHECKPOINTS], sent)
-    return sent
+    """The pipelines of the saver's ``aggregate`` calls on ``checkpoints``, as sent."""
+    return record_first_arguments(api.saver.collections, (CHECKPOINTS,), "aggregate")
 
 
 def lower_bound(pipeline: Any) -> Any:

@@ -7,6 +7,7 @@ and a tombstoned one is refused as before."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,51 +22,31 @@ from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
-from tests.backends import count_calls, maybe_await
+from tests.backends import count_calls, maybe_await, record_first_arguments
 from tests.graphs import chat_builder, thread
 from tests.saver_support import BOTH_PUT_PATHS, Api
 
 pytestmark = BOTH_PUT_PATHS
 
 
-class Requests:
-    """Delegates to a collection (or the client) and keeps every request of its
-    ``bulk_write`` calls."""
-
-    def __init__(self, inner: Any, sent: list[Any]) -> None:
-        self._inner, self._sent = inner, sent
-
-    def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._inner, attr)
-        if attr != "bulk_write":
-            return value
-
-        def bulk_write(requests: Any, *args: Any, **kwargs: Any) -> Any:
-            self._sent.extend(requests)
-            return value(requests, *args, **kwargs)
-
-        return bulk_write
-
-
 def record_requests(api: Api) -> list[Any]:
-    sent: list[Any] = []
-    for name in (CHECKPOINTS, CLIENT):
-        api.saver.collections[name] = Requests(api.saver.collections[name], sent)
-    return sent
+    """The request lists of every ``bulk_write`` the saver sends on ``checkpoints`` or on
+    the client, as they are sent."""
+    return record_first_arguments(api.saver.collections, (CHECKPOINTS, CLIENT), "bulk_write")
+
+
+def _updates(sent: list[Any]) -> Iterator[UpdateOne]:
+    return (r for requests in sent for r in requests if isinstance(r, UpdateOne))
 
 
 def probes(sent: list[Any]) -> list[dict[str, Any]]:
-    """The filters of the parent probes among ``sent``."""
-    return [
-        r._filter for r in sent if isinstance(r, UpdateOne) and DOOMED in r._filter and r._upsert
-    ]
+    """The filters of the parent probes among the requests ``sent``."""
+    return [r._filter for r in _updates(sent) if DOOMED in r._filter and r._upsert]
 
 
 def pending_inserts(sent: list[Any]) -> int:
-    """The checkpoint upserts with a parent (inserted pending) among ``sent``."""
-    return sum(
-        1 for r in sent if isinstance(r, UpdateOne) and "pending" in r._doc.get("$setOnInsert", {})
-    )
+    """The checkpoint upserts with a parent (inserted pending) among the requests ``sent``."""
+    return sum(1 for r in _updates(sent) if "pending" in r._doc.get("$setOnInsert", {}))
 
 
 async def turn(api: Api, graph: Any, text: str, thread_id: str = "t") -> Any:
