@@ -189,26 +189,20 @@ def judge_parent(
     doc: Mapping[str, Any],
     inserted: set[Any],
     mine: bool,
-) -> Operation[bool]:
+) -> Operation[None]:
     """After a probe that missed the parent: accept a parent stored without a live
     tombstone (one expired on the server's clock, or none: stored under another ``_id``
     than the probe named), or one never stored when every value the checkpoint ``doc`` names
     is stored, unmarked, with the chain it names (and, unless this call inserted it, named
     by another stored checkpoint), and no DeltaChannel replays history; otherwise take
     the checkpoint back (``mine``: this call inserted it; ``inserted``: the value keys it
-    inserted) and raise ``StaleParentError``.
-
-    Returns whether the parent was found without any tombstone: the confirmation then
-    goes behind a probe of its own (``confirmation``), as on the usual path, so a
-    tombstone set meanwhile is seen before the checkpoint shows."""
+    inserted) and raise ``StaleParentError``."""
     parent = {**key, "checkpoint_id": parent_id}
     found = yield from find(CHECKPOINTS, parent, projection={DOOMED: 1, DOOMED_AT: 1})
     unreadable = False
     if found:
-        if DOOMED not in found[0]:
-            return True
-        if not is_live(found[0], (yield from server_now())):
-            return False
+        if DOOMED not in found[0] or not is_live(found[0], (yield from server_now())):
+            return
     elif not doc.get("replay"):
         named = needed_values([doc])
         heads: list[Document] = []
@@ -218,9 +212,9 @@ def judge_parent(
         if _chains_stored(heads, chains_of(doc.get("values", ()))) and (
             yield from _still_named(key, named - inserted, mine)
         ):
-            return False
+            return
         unreadable = len(heads) < len(named)
-    return (yield from _take_back(key, parent_id, inserted, mine, hide=unreadable))
+    yield from _take_back(key, parent_id, inserted, mine, hide=unreadable)
 
 
 def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:

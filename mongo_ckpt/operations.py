@@ -560,20 +560,8 @@ class CheckpointOperations:
             # 5. take back (or accept a parent never stored, and confirm)
             assert parent_id is not None  # only a put with a parent probes
             mine = stored_id is not None
-            while (yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)):
-                # Stored untombstoned: confirmed behind a probe by key, as on the usual path,
-                # after the checkpoint again (the probe's upsert must collide with it).
-                written = yield from _write_checkpoint(
-                    _checkpoint_requests(key, doc, parent_id, None)
-                )
-                stored_id = upserted_ids(written).get(0, stored_id)
-                if not isinstance(written, BulkWriteError):
-                    break
-                if not maintenance.probe_missed(written):
-                    raise written
-                mine = mine or 0 in upserted_ids(written)
-            else:
-                yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
+            yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
+            yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
         self.memory.wrote(
             (thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata, stored_id
         )
