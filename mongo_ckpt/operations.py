@@ -524,9 +524,9 @@ class CheckpointOperations:
         written: Written = None  # what the checkpoint's requests did, once sent
         parent = None if parent_id is None else (thread_id, checkpoint_ns, parent_id)
         stored_parent = None if parent is None else self.memory.stored_id(parent)
-        checkpoint_requests = _checkpoint_requests(key, doc, parent_id, stored_parent)
         path = self.put_path
         if path is not None and path.namespaces is not None:
+            checkpoint_requests = _checkpoint_requests(key, doc, parent_id, stored_parent)
             requests = [(BLOBS, blobs.inserting_heads()), (CHECKPOINTS, checkpoint_requests)]
             try:
                 values_written, written = yield from client_bulk_write(requests, path.namespaces)
@@ -551,7 +551,10 @@ class CheckpointOperations:
                     yield from self._adopt_stored(key, plan, values, found, inserted)
                     doc["values"] = values_entries(plan.chains)
             # 4. checkpoint and parent probe
-            written = yield from _write_checkpoint(checkpoint_requests)
+            # Built after the values: an adopted stored value changes ``doc``.
+            written = yield from _write_checkpoint(
+                _checkpoint_requests(key, doc, parent_id, stored_parent)
+            )
         # The checkpoint's ``_id``, if this call inserted it: the next put's probe names it.
         stored_id = upserted_ids(written).get(0)
         if isinstance(written, BulkWriteError):
