@@ -217,6 +217,29 @@ def judge_parent(
     yield from _take_back(key, parent_id, inserted, mine, hide=unreadable)
 
 
+def unmark_after_late_confirmation(
+    key: Mapping[str, str], parent_id: str, doc: Mapping[str, Any]
+) -> Operation[None]:
+    """After ``judge_parent`` accepted and the confirmation went in a call of its own: if
+    the parent now carries a tombstone or is gone, a maintenance call may have run between
+    that read and the confirmation, found this checkpoint pending with its parent doomed
+    (``_stillborn``) and marked the values it shares with the parent after its own last
+    look. The checkpoint (``doc``) is visible now, so those marks are lifted, unless it
+    carries a tombstone itself (the marks are then of the call deleting it)."""
+    ids = (parent_id, key["checkpoint_id"])
+    query = keys_query((key["thread_id"], key["checkpoint_ns"], i) for i in ids)
+    found = yield from find(CHECKPOINTS, query, projection=LOOK)
+    by_id = {d["checkpoint_id"]: d for d in found}
+    parent, own = by_id.get(parent_id), by_id.get(key["checkpoint_id"])
+    if own is None or DOOMED in own or own.get(PENDING):
+        return
+    if parent is not None and DOOMED not in parent:
+        return  # a call dooming it from now on sees this checkpoint confirmed
+    named = needed_values([doc])
+    if named:
+        yield from update_many(BLOBS, {**blob_keys_query(named), DOOMED: True}, UNMARK)
+
+
 def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:
     """Whether every version ``chains`` name has a stored, unmarked head (``heads``) whose
     base is the version before it in its chain (none for the first)."""

@@ -565,6 +565,7 @@ class CheckpointOperations:
             mine = stored_id is not None
             yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
             yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
+            yield from maintenance.unmark_after_late_confirmation(key, parent_id, doc)
         self.memory.wrote(
             (thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata, stored_id
         )

@@ -42,11 +42,6 @@ from tests.test_saver_fork_races import MAINTENANCE as FORK_MAINTENANCE
 from tests.test_saver_fork_races import STEPPED, Fork, Stepper
 
 pytestmark = BOTH_PUT_PATHS
-FINDING_2 = (
-    "open: a confirmation sent in its own call after judge_parent's find can show a fork "
-    "over a value maintenance marked meanwhile with its deleted parent (the value stays "
-    "marked, not deleted)"
-)
 
 
 async def restore_under_new_ids(api: Api, thread_id: str) -> None:
@@ -170,15 +165,7 @@ async def _delete_thread_calls(api: Api, name: str) -> int:
 @pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
 @pytest.mark.parametrize("shares", ["values", "history"])
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=FINDING_2))
-        if name in ("prune", "delete_for_runs")
-        else name
-        for name in sorted(MAINTENANCE)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(MAINTENANCE))
 async def test_fork_with_a_stale_id_from_a_checkpoint_being_deleted(
     api: Api, target: Target, name: str, shares: str
 ) -> None:
@@ -247,16 +234,14 @@ async def test_fork_with_a_stale_id_from_a_checkpoint_being_deleted(
 # -- 3. a put confirmed after the maintenance call that found it pending --------------
 
 
-@pytest.mark.xfail(strict=True, reason=FINDING_2)
 async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(api: Api) -> None:
     """The fork's probe misses on a stale ``_id``, its ``judge_parent`` finds the parent
     untombstoned and accepts; ``delete_for_runs`` runs whole before the confirmation (a
     separate call): it finds the fork pending with its parent doomed
     (``maintenance._stillborn``), marks the value the fork shares with the parent, and
-    ``_unmark_confirmed`` finds it still pending. Expected: the stored fork's values
-    unmarked, as for a confirmation inside the maintenance call. Actual: the value stays
-    marked (``doomed: true``) under a visible checkpoint (it is not deleted: the fork
-    names it), and later maintenance calls read it again."""
+    ``_unmark_confirmed`` finds it still pending. The put, once confirmed, finds its parent
+    gone and lifts the marks (``maintenance.unmark_after_late_confirmation``): no value
+    stays marked under a visible checkpoint."""
     fork = await Fork.build(api)
     await restore_under_new_ids(api, "t")
     fork_id = fork.checkpoint["id"]
@@ -278,6 +263,39 @@ async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(a
     await api.prune(["t"], strategy="keep_latest")
     marked = await api.docs(BLOBS, {"thread_id": "t", maintenance.DOOMED: True})
     assert [(d["channel"], d["version"]) for d in marked] == []
+
+
+
+async def test_a_late_confirmation_keeps_the_marks_of_a_call_deleting_the_fork(api: Api) -> None:
+    """The same late confirmation, with ``delete_thread`` tombstoning the fork itself and
+    marking its values between the confirmation and the put's read after it: those marks
+    are the deleting call's, so the put leaves them, and the thread is deleted whole."""
+    fork = await Fork.build(api)
+    await restore_under_new_ids(api, "t")
+    fork_id = fork.checkpoint["id"]
+    writer = Stepper(api, fork.put(api))
+
+    async def fork_written() -> bool:
+        return await stored(api, fork_id) is not None
+
+    await step_until(writer, fork_written)
+    assert await writer.step()  # judge_parent's read: the parent is there, untombstoned
+    assert await writer.step()  # the confirmation
+    assert await api.count(CHECKPOINTS, {PENDING: True}) == 0
+    deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))
+
+    async def values_marked() -> bool:
+        return await api.count(BLOBS, {"thread_id": "t", maintenance.DOOMED: True}) > 0
+
+    await step_until(deleting, values_marked)
+    assert not deleting.done
+    await writer.finish()
+    assert writer.raised is None
+    assert await values_marked()
+    await deleting.finish()
+    assert deleting.raised is None
+    for collection in (CHECKPOINTS, BLOBS):
+        assert await api.count(collection, {"thread_id": "t"}) == 0, collection
 
 
 # -- 4. the same window before this change: a parent with an expired tombstone --------
@@ -356,8 +374,9 @@ async def test_ids_of_other_types_are_named_and_a_stale_one_costs_a_find(
 ) -> None:
     """Checkpoints stored under ``_id``s of another type (imported): a ``get_tuple`` learns
     the ``_id``, the next put's probe names it and passes (the usual calls); stored again
-    under new ones, the probe misses, and the put costs one ``find`` and the confirmation
-    more (no clock read), and reads back."""
+    under new ones, the probe misses, and the put costs two ``find``s (the parent before the
+    confirmation, the parent and the checkpoint after it) and the confirmation more (no
+    clock read), and reads back."""
     configs = await put_chain(api, "t", 2)
     ids = await restore_with(api, "t", kind)
     latest = await api.get_tuple(configs[-1])
@@ -379,7 +398,7 @@ async def test_ids_of_other_types_are_named_and_a_stale_one_costs_a_find(
     await api.run(op)
     extra = Counter(counter)
     extra.subtract(usual)
-    assert +extra == Counter({(CHECKPOINTS, "find"): 1, (CHECKPOINTS, "bulk_write"): 1}), extra
+    assert +extra == Counter({(CHECKPOINTS, "find"): 2, (CHECKPOINTS, "bulk_write"): 1}), extra
     assert await api.count(CHECKPOINTS, {PENDING: True}) == 0
     found = await api.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
     assert found.checkpoint["id"] == grandchild_id
@@ -572,7 +591,7 @@ async def test_a_run_goes_on_after_its_thread_is_restored_mid_run(
     stored again under new ``_id``s inside a node of each run. Every put after it misses
     once and is stored: the states, the histories and the documents equal a run on
     ``InMemorySaver``, and nothing is pending. Each run costs what the same run on a
-    thread left alone costs, plus one ``find`` and one confirmation (no clock read)."""
+    thread left alone costs, plus two ``find``s and one confirmation (no clock read)."""
     other = api.reopened()
     reference = restoring_builder(None, "none").compile(checkpointer=InMemorySaver())
     expected = [reference.invoke(SEED_INPUT, thread("t")) for _ in range(2)]
@@ -590,7 +609,7 @@ async def test_a_run_goes_on_after_its_thread_is_restored_mid_run(
         extra = Counter(counter)
         extra.subtract(usual)
         del extra[(SCHEMA, "find_one")]  # the layout's re-read, when its time is due
-        miss = {(CHECKPOINTS, "find"): 1, (CHECKPOINTS, "bulk_write"): 1}
+        miss = {(CHECKPOINTS, "find"): 2, (CHECKPOINTS, "bulk_write"): 1}
         assert +extra == Counter(miss) and -extra == Counter(), extra
     assert ran == expected
     graph = api.compile(restoring_builder(api, restore_in))
@@ -641,7 +660,7 @@ async def test_a_pending_parent_is_accepted_as_before(api: Api, named: bool) -> 
     counter = count_calls(api.saver.collections)
     op, child_id = next_put(api, configs[-1], 3)
     await api.run(op)
-    assert counter[(CHECKPOINTS, "find")] == (0 if named else 1)
+    assert counter[(CHECKPOINTS, "find")] == (0 if named else 2)
     found = await api.get_tuple(generate_config("t"))
     assert found.checkpoint["id"] == child_id
     assert found.checkpoint["channel_values"] == values_at(3, "t")

@@ -20,7 +20,7 @@ from pymongo import UpdateOne
 from mongo_ckpt import StaleParentError
 from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.clock import server_now
-from mongo_ckpt.layout import CHECKPOINTS
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import count_calls, maybe_await, record_first_arguments
 from tests.graphs import chat_builder, thread
@@ -114,7 +114,9 @@ async def test_a_run_after_a_restore_costs_what_a_run_costs(api: Api) -> None:
 
 async def test_the_probe_misses_once_when_the_remembered_parent_was_restored(api: Api) -> None:
     """A put on the checkpoint this saver wrote last, restored meanwhile under a new
-    ``_id``: one more ``find`` (the parent, untombstoned) and the confirmation."""
+    ``_id``: one more ``find`` (the parent, untombstoned), the confirmation, and one
+    ``find`` of the parent and the checkpoint after it (still untombstoned: no value is
+    unmarked)."""
     graph = api.compile(chat_builder())
     await turn(api, graph, "one")
     latest = await api.get_tuple(thread("t"))
@@ -123,7 +125,8 @@ async def test_the_probe_misses_once_when_the_remembered_parent_was_restored(api
     counter = count_calls(api.saver.collections)
     child_id = str(uuid6())
     await api.put(latest.config, {**latest.checkpoint, "id": child_id}, generate_metadata(), {})
-    assert counter[(CHECKPOINTS, "find")] == 1, counter
+    assert counter[(CHECKPOINTS, "find")] == 2, counter
+    assert counter[(BLOBS, "update_many")] == 0, counter
     assert await api.count(CHECKPOINTS, {"pending": True}) == 0
     stored = await api.get_tuple(thread("t"))
     assert stored.checkpoint["id"] == child_id
