@@ -224,10 +224,13 @@ def blob_requests(
     new_versions: ChannelVersions,
     serde: SerializerProtocol,
     deltas: Mapping[str, Delta] | None = None,
+    *,
+    compress: bool = False,
 ) -> ValueWrites:
     """Upserts for the value of every channel in ``new_versions`` that has one.
 
     A channel in ``deltas`` is stored as its new tail, the head naming the base.
+    ``compress``: large values stored compressed (``payload.split``).
 
     A version is written once: the head is inserted, never replaced (``heads`` says
     which request writes each head, so ``put`` learns which it inserted and names the
@@ -247,7 +250,7 @@ def blob_requests(
         join = blob_join(thread_id, checkpoint_ns, channel, version)
         delta = (deltas or {}).get(channel)
         payload = delta.tail if delta is not None else values[channel]
-        parts = list(split(*serde.dumps_typed(payload)))
+        parts = list(split(*serde.dumps_typed(payload), compress=compress))
         for fields in parts:
             part = fields.pop("part")
             fields["join"] = join
@@ -276,11 +279,14 @@ def write_requests(
     task_path: str,
     serde: SerializerProtocol,
     idxs: Sequence[int] | None = None,
+    *,
+    compress: bool = False,
 ) -> ValueWrites:
     """Upserts for pending writes: special channels overwrite, regular ones never do.
 
     Each write's ``idx`` is its position (special channels: their ``WRITES_IDX_MAP``
-    slot) unless ``idxs`` gives them (a migration keeps the stored ones).
+    slot) unless ``idxs`` gives them (a migration keeps the stored ones). ``compress``: as
+    for ``blob_requests``.
 
     Parts are keyed by the value's digest and written before the head. A regular
     write inserts its head only if none exists (first whole value wins); a special
@@ -293,7 +299,7 @@ def write_requests(
         special = channel in WRITES_IDX_MAP
         idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
         write_key = {**key, "task_id": task_id, "idx": idx}
-        parts = list(split(*serde.dumps_typed(value)))
+        parts = list(split(*serde.dumps_typed(value), compress=compress))
         for fields in parts:
             part = fields.pop("part")
             fields.update(channel=channel, task_path=task_path, join=join)

@@ -132,7 +132,10 @@ def schema_version(
     if found == current:
         return Finding(check, "ok", f"version {found} (current)")
     if found is not None and setup_version is not None and setup_version <= found < current:
-        off = "slim checkpoint documents" if found >= 4 else "list deltas and slim documents"
+        off = {
+            3: "list deltas, slim documents and compressed values",
+            4: "slim checkpoint documents and compressed values",
+        }.get(found, "compressed values")
         return Finding(
             check, "warn", f"version {found}: {off} are off until the upgrade step",
             f"once no process of an earlier mongo-ckpt release is left, run `{upgrade}`",

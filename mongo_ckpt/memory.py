@@ -162,6 +162,8 @@ class CheckpointMemory:
         self.deltas_allowed = False
         # Whether it records that every writer reads slim checkpoint documents (same).
         self.slim_allowed = False
+        # Whether it records that every writer reads compressed values (same).
+        self.compression_allowed = False
         self._next_check = 0.0
         self._lock = threading.Lock()
         # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
@@ -182,15 +184,19 @@ class CheckpointMemory:
         by the database's recorded layout version."""
         return self.deltas_wanted and self.deltas_allowed
 
-    def note_layout(self, allowed: bool, slim: bool = False) -> None:
-        """The layout version was read: whether it allows deltas, and slim documents."""
+    def note_layout(self, allowed: bool, slim: bool = False, compressed: bool = False) -> None:
+        """The layout version was read: whether it allows deltas, slim documents and
+        compressed values."""
         self.deltas_allowed, self.slim_allowed = allowed, slim
+        self.compression_allowed = compressed
         self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
 
     def recheck_due(self) -> bool:
-        """Whether to read the layout version again: slim documents, or wanted deltas, not
-        yet allowed, and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
-        waiting = not self.slim_allowed or (self.deltas_wanted and not self.deltas_allowed)
+        """Whether to read the layout version again: slim documents, compressed values, or
+        wanted deltas, not yet allowed, and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        waiting = not (self.slim_allowed and self.compression_allowed) or (
+            self.deltas_wanted and not self.deltas_allowed
+        )
         return waiting and monotonic() >= self._next_check
 
     # -- checkpoints ----------------------------------------------------------------

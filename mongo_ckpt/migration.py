@@ -273,6 +273,7 @@ def convert(
                 task_path,
                 ops.serde,
                 idxs=[w.idx for w in task_writes],
+                compress=ops.compressing,
             ).requests
     return out
 
@@ -315,7 +316,9 @@ def _convert_checkpoint(
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)
     stored.update((cp.thread_id, cp.checkpoint_ns, ch, v) for ch, v in new.items())
-    out.blobs += blob_requests(cp.thread_id, cp.checkpoint_ns, values, new, ops.serde).requests
+    out.blobs += blob_requests(
+        cp.thread_id, cp.checkpoint_ns, values, new, ops.serde, compress=ops.compressing
+    ).requests
     return UpdateOne(key, {"$set": doc}, upsert=True)
 
 

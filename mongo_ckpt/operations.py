@@ -102,6 +102,7 @@ from mongo_ckpt.layout import (
 from mongo_ckpt.listdelta import (
     Plan,
     is_list,
+    plain_serde,
     same_value,
     stored_chain,
     values_entries,
@@ -224,7 +225,8 @@ class CheckpointOperations:
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
-        deltas and slim checkpoint documents, so they are written from now on."""
+        deltas, slim checkpoint documents and compressed values, so they are written from
+        now on."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
         self._note_layout(schema.SAVER_SCHEMA_VERSION)
@@ -238,8 +240,17 @@ class CheckpointOperations:
     def _note_layout(self, recorded: int) -> None:
         """What the recorded layout version lets this saver write."""
         self.memory.note_layout(
-            recorded >= schema.LIST_DELTAS_VERSION, recorded >= schema.SLIM_DOCUMENTS_VERSION
+            recorded >= schema.LIST_DELTAS_VERSION,
+            recorded >= schema.SLIM_DOCUMENTS_VERSION,
+            recorded >= schema.COMPRESSED_VALUES_VERSION,
         )
+
+    @property
+    def compressing(self) -> bool:
+        """Whether large values are stored compressed: the recorded layout version allows it
+        and the serializer is not ``EncryptedSerializer`` (ciphertext does not compress, and
+        compressing before encrypting would let the stored size tell about the contents)."""
+        return self.memory.compression_allowed and plain_serde(self.serde) is self.serde
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -506,7 +517,13 @@ class CheckpointOperations:
         )
         # 2. build
         blobs = blob_requests(
-            thread_id, checkpoint_ns, values, new_versions, self.serde, plan.deltas
+            thread_id,
+            checkpoint_ns,
+            values,
+            new_versions,
+            self.serde,
+            plan.deltas,
+            compress=self.compressing,
         )
         doc = checkpoint_document(
             key,
@@ -685,7 +702,9 @@ class CheckpointOperations:
             )
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         task_id = coerce_id(task_id, "task_id")
-        requests = write_requests(key, writes, task_id, task_path or "", self.serde)
+        requests = write_requests(
+            key, writes, task_id, task_path or "", self.serde, compress=self.compressing
+        )
         if requests.requests:
             yield from _write_values(WRITES, WRITE_KEY, requests)
 

@@ -13,11 +13,11 @@ version raises ``SchemaTooNewError`` before any data is read or written. Version
 only go up (``$max``).
 
 A version that changes what readers must understand (4: list deltas, 5: slim checkpoint
-documents) is recorded by ``setup()`` only on a new, empty database. On existing data only
-the explicit upgrade step records it (``saver.upgrade()``, ``mongo-ckpt upgrade``), run
-once every process runs a release that reads it; until then the saver writes what the
-recorded version reads. Once it is recorded, earlier releases refuse the data at setup
-(``SchemaTooNewError``).
+documents, 6: compressed values) is recorded by ``setup()`` only on a new, empty database.
+On existing data only the explicit upgrade step records it (``saver.upgrade()``,
+``mongo-ckpt upgrade``), run once every process runs a release that reads it; until then
+the saver writes what the recorded version reads. Once it is recorded, earlier releases
+refuse the data at setup (``SchemaTooNewError``).
 
 Saver versions:
   1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
@@ -29,6 +29,10 @@ Saver versions:
      only when the plain copy does not read back exactly, ``run_id`` and ``replay`` only
      when set, the serialized checkpoint without its ``id``. A reader of version 4 would
      miss the metadata and the id. No data changes: both layouts read.
+  6. Compressed values (``payload.split``): a value or pending write of at least
+     ``payload.COMPRESS_FROM`` serialized bytes may be stored zlib-compressed, its head
+     saying so; a reader of version 5 would hand the compressed bytes to the serializer. No data
+     changes: both layouts read.
 
 Store versions:
   1. One document per item.
@@ -50,7 +54,7 @@ from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.colle
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 from mongo_ckpt.layout import Layout
 
-SAVER_SCHEMA_VERSION = 5
+SAVER_SCHEMA_VERSION = 6
 # The highest saver version ``setup()`` raises existing data to by itself: a release
 # that reads version 3 may still be running beside this one and would misread a list delta.
 SAVER_SETUP_VERSION = 3
@@ -58,6 +62,8 @@ SAVER_SETUP_VERSION = 3
 LIST_DELTAS_VERSION = 4
 # The recorded saver version from which slim checkpoint documents may be written.
 SLIM_DOCUMENTS_VERSION = 5
+# The recorded saver version from which values may be stored compressed.
+COMPRESSED_VALUES_VERSION = 6
 STORE_SCHEMA_VERSION = 2
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.

@@ -639,7 +639,8 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     pending = schema()
     assert pending["status"] == "warn"
     assert pending["detail"] == (
-        "version 3: list deltas and slim documents are off until the upgrade step"
+        "version 3: list deltas, slim documents and compressed values are off until the "
+        "upgrade step"
     )
     assert pending["fix"] == (
         "once no process of an earlier mongo-ckpt release is left, run "

@@ -1,11 +1,12 @@
 """A rolling upgrade never truncates a conversation (DESIGN.md §2, "Old readers are not fed
 what they misread").
 
-A previous release (layout version 3 or 4, from this repository's history) runs as a
+A previous release (layout version 3, 4 or 5, from this repository's history) runs as a
 separate process beside the current one on one thread; each answers from the conversation
 it reads. The current release writes what the recorded version reads until the upgrade step
-records the current one; then it writes list deltas (after version 3) and slim checkpoint
-documents (after versions 3 and 4), and the previous release refuses to start.
+records the current one; then it writes list deltas (after version 3), slim checkpoint
+documents (after versions 3 and 4) and compressed values (after all three), and the
+previous release refuses to start.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ from tests.rolling_release import chat_graph, turn
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "rolling_release.py"
 GIT = shutil.which("git")
-BLOBS, CHECKPOINTS = Layout().blobs, Layout().checkpoints
+BLOBS, CHECKPOINTS, WRITES = Layout().blobs, Layout().checkpoints, Layout().writes
 DELTAS = {"base": {"$exists": True}}  # value documents stored as list deltas
 # Checkpoint documents of layout version 5: the metadata once.
 SLIM = {"metadata_typed": {"$exists": False}}
+# Values stored compressed (layout version 6).
+COMPRESSED = {"compression": {"$exists": True}}
+# Long enough that a value holding a user's text is stored compressed where allowed.
+PADDING = " ".join(f"word{n % 97}" for n in range(400))
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -69,7 +74,7 @@ def _having(revs: list[str], pattern: str, path: str) -> set[str]:
     return {line.split(":", 1)[0] for line in found.splitlines()}
 
 
-@pytest.fixture(scope="module", params=[3, 4])
+@pytest.fixture(scope="module", params=[3, 4, 5])
 def release(request: Any, tmp_path_factory: Any) -> tuple[int, Path]:
     """A previous release's layout version and source, laid out as installed (``store/``
     as ``mongo_ckpt/store``)."""
@@ -157,7 +162,7 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
         held = 0
         sides = ["old", "new", "new", "old", "new", "old", "new", "old"]
         for number, side in enumerate(sides, 1):
-            text = f"turn {number}"
+            text = f"turn {number}: {PADDING}"
             answer = old.turn(text) if side == "old" else turn(graph, text)
             print(
                 f"turn {number} ({side} release): read {answer['read']} messages, "
@@ -167,7 +172,10 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
             held += 2
         if version == 3:
             assert client[db_name][BLOBS].count_documents(DELTAS) == 0
-        assert client[db_name][CHECKPOINTS].count_documents(SLIM) == 0
+        if version < 5:
+            assert client[db_name][CHECKPOINTS].count_documents(SLIM) == 0
+        for collection in (BLOBS, WRITES):
+            assert client[db_name][collection].count_documents(COMPRESSED) == 0, collection
     finally:
         old.stop()
 
@@ -175,21 +183,28 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
     result = CliRunner().invoke(cli, ["upgrade", "--db", db_name], obj=CliState(client=client))
     assert result.exit_code == 0, result.output
     print(f"mongo-ckpt upgrade: {result.output.strip()}")
-    assert SAVER_SCHEMA_VERSION == 5
-    assert result.output.strip() == f"{db_name}: layout version {version} -> version 5"
+    assert SAVER_SCHEMA_VERSION == 6
+    assert result.output.strip() == f"{db_name}: layout version {version} -> version 6"
     # The running saver reads the version again within a minute, without a restart.
     real = time.monotonic
     monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
     for number in (len(sides) + 1, len(sides) + 2):
-        answer = turn(graph, f"turn {number}")
+        answer = turn(graph, f"turn {number}: {PADDING}")
         print(f"turn {number} (new release, upgraded): read {answer['read']} messages, "
               f"stored {answer['stored']}")
         assert answer == {"read": held, "reply": f"seen {held + 1}", "stored": held + 2}
         held += 2
     deltas = client[db_name][BLOBS].count_documents(DELTAS)
     slim = client[db_name][CHECKPOINTS].count_documents(SLIM)
-    print(f"stored after the upgrade: {deltas} list deltas, {slim} slim checkpoint documents")
-    assert deltas > 0 and slim == 6  # two turns, three checkpoints each
+    compressed = {c: client[db_name][c].count_documents(COMPRESSED) for c in (BLOBS, WRITES)}
+    print(
+        f"stored after the upgrade: {deltas} list deltas, {slim} slim checkpoint documents, "
+        f"compressed values: {compressed}"
+    )
+    # Two turns, three checkpoints each (and all of them before, from a layout-5 release).
+    assert deltas > 0 and slim == (6 if version < 5 else 3 * held // 2)
+    # Each turn's user text, as a pending write and inside the list delta's new tail.
+    assert compressed[BLOBS] >= 2 and compressed[WRITES] >= 2, compressed
     reopened = chat_graph(MongoDBSaver(client, db_name))
     assert len(reopened.get_state({"configurable": {"thread_id": "t"}}).values["messages"]) == held
 
@@ -198,4 +213,4 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
     print(f"previous release started after the upgrade: {late.started['refused']}: "
           f"{late.started['message']}")
     assert late.started["refused"] == "SchemaTooNewError"
-    assert "layout version 5" in late.started["message"]
+    assert "layout version 6" in late.started["message"]

@@ -270,9 +270,10 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
     help=(
         "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
         "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
-        "names this command), and record that every writer reads list deltas and slim "
-        "checkpoint documents: savers of this release write them from then on (within a "
-        "minute, without a restart), and releases before them refuse the database. Run it "
+        "names this command), and record that every writer reads list deltas, slim "
+        "checkpoint documents and compressed values: savers of this release write them "
+        "from then on (within a minute, without a restart), and releases before them refuse "
+        "the database. Run it "
         "once no process of an earlier release is left (after a rolling upgrade). Idempotent."
     ),
 )

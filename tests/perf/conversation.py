@@ -5,6 +5,7 @@ the benchmark and the storage assertions measure the same thing.
 """
 
 import inspect
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,14 +32,19 @@ MONGO_CKPT_TWO_COMMANDS = "mongo-ckpt, client_bulk_write=False"
 SAVERS = (MONGO_CKPT, MONGO_CKPT_WHOLE, OFFICIAL)
 PLAIN, DELTA = "add_messages", "DeltaChannel"
 VARIANTS = (PLAIN, DELTA)
-_FILLER = "The quick brown fox jumps over the lazy dog. "
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def message_text(role: str, turn: int) -> str:
-    """A deterministic message body of exactly ``MESSAGE_BYTES`` ASCII characters."""
-    head = f"{role} turn {turn}: "
-    body = _FILLER * (MESSAGE_BYTES // len(_FILLER) + 1)
-    return (head + body)[:MESSAGE_BYTES]
+    """A deterministic message body of exactly ``MESSAGE_BYTES`` ASCII characters: words of
+    pseudo-random letters, of its own for every message, so that compression (layout
+    version 6) gains on it about what it gains on text (less, if anything), not what it
+    gains on a repeated sentence."""
+    rng = random.Random(f"{role}-{turn}")
+    text = f"{role} turn {turn}:"
+    while len(text) < MESSAGE_BYTES:
+        text += " " + "".join(rng.choice(_LETTERS) for _ in range(rng.randint(2, 9)))
+    return text[:MESSAGE_BYTES]
 
 
 def human_message(turn: int) -> HumanMessage:

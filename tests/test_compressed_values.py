@@ -1,0 +1,190 @@
+"""Compressed values (layout version 6): a value or pending write of at least
+``payload.COMPRESS_FROM`` serialized bytes is stored zlib-compressed where that is smaller,
+its head saying so, and reads back as it was given, through every reader (``get_tuple``,
+``list``, the DeltaChannel history, ``copy_thread``); never under ``EncryptedSerializer``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Annotated, Any
+
+import pytest
+from bson import Binary
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
+from typing_extensions import TypedDict
+
+from mongo_ckpt import MissingValueError
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.payload import COMPRESS_FROM, ZLIB, UnknownCompressionError, digest, join, split
+from tests.backends import maybe_await
+from tests.saver_support import Api
+
+COMPRESSED = {"compression": ZLIB}
+
+
+def prose(seed: int, size: int) -> str:
+    """``size`` characters of pseudo-random lowercase words: compresses about as poorly as
+    text does, far from a repeated filler."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    while sum(map(len, words)) + len(words) < size:
+        words.append(
+            "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
+        )
+    return " ".join(words)[:size]
+
+
+def chat(state: type = MessagesState) -> StateGraph:
+    def reply(state: dict[str, Any]) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(prose(n, 3000), id=f"ai-{n}")]}
+
+    builder = StateGraph(state)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder
+
+
+def human(turn: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(prose(1000 + turn, 3000), id=f"human-{turn}")]}
+
+
+async def _converse(api: Api, builder: StateGraph, turns: int, thread_id: str = "t") -> Any:
+    graph = api.compile(builder)
+    reference = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": thread_id}}
+    for turn in range(turns):
+        await api.invoke(graph, human(turn), config)
+        reference.invoke(human(turn), config)
+    return graph, reference, config
+
+
+async def _stored_bytes(api: Api) -> int:
+    docs = [*(await api.docs(BLOBS)), *(await api.docs(WRITES))]
+    return sum(len(bytes(d["data"])) for d in docs)
+
+
+async def test_large_values_are_stored_compressed_and_read_back(api: Api) -> None:
+    graph, reference, config = await _converse(api, chat(), 4)
+    state = await api.state(graph, config)
+    assert state.values == reference.get_state(config).values
+    history = [s.values for s in await api.history(graph, config)]
+    assert history == [s.values for s in reference.get_state_history(config)]
+    for collection in (BLOBS, WRITES):
+        heads = await api.docs(collection, COMPRESSED)
+        assert heads, collection
+        for head in heads:
+            # The digest is of the stored bytes; what they hold is the serialized value.
+            assert head["vid"] == digest(head["type"], bytes(head["data"]))
+    small = await api.docs(BLOBS, {"channel": "branch:to:reply"})
+    assert small and all("compression" not in d for d in small)
+
+
+async def test_compression_stores_fewer_bytes_than_layout_5(api: Api) -> None:
+    await _converse(api, chat(), 4)
+    compressed = await _stored_bytes(api)
+    other = api.reopened(f"{api.saver.db.name}_layout5")
+    try:
+        await other.get_tuple(generate_config("nothing"))  # setup reads the layout version
+        other.saver.memory.note_layout(True, True, False)  # as recorded by version 5
+        assert not other.saver.ops.compressing
+        graph, reference, config = await _converse(other, chat(), 4)
+        assert await other.count(BLOBS, COMPRESSED) == await other.count(WRITES, COMPRESSED) == 0
+        assert (await other.state(graph, config)).values == reference.get_state(config).values
+        plain = await _stored_bytes(other)
+    finally:
+        await other.drop_database()
+    print(f"\nvalue bytes of 4 turns: {plain} as serialized, {compressed} compressed")
+    assert compressed < 0.8 * plain
+
+
+async def test_delta_channel_history_reads_compressed_writes(api: Api) -> None:
+    class DeltaState(TypedDict):
+        messages: Annotated[list, DeltaChannel(_messages_delta_reducer, snapshot_frequency=3)]
+
+    graph, reference, config = await _converse(api, chat(DeltaState), 5)
+    assert await api.count(WRITES, COMPRESSED) > 0
+    assert await api.count(BLOBS, COMPRESSED) > 0  # the snapshots
+    state = await api.state(graph, config)
+    assert state.values == reference.get_state(config).values
+    history = [s.values for s in await api.history(graph, config)]
+    assert history == [s.values for s in reference.get_state_history(config)]
+    await api.copy_thread("t", "copy")
+    copied = await api.state(graph, {"configurable": {"thread_id": "copy"}})
+    assert copied.values == state.values
+
+
+async def test_small_and_incompressible_values_are_stored_as_they_are(api: Api) -> None:
+    values = {"small": "x" * (COMPRESS_FROM // 2), "noise": os.urandom(4 * COMPRESS_FROM)}
+    checkpoint = generate_checkpoint(
+        channel_values=values, channel_versions=dict.fromkeys(values, "1")
+    )
+    config = await api.put(generate_config("t"), checkpoint, {}, checkpoint["channel_versions"])
+    assert await api.count(BLOBS) == 2 and await api.count(BLOBS, COMPRESSED) == 0
+    assert (await api.get_tuple(config)).checkpoint["channel_values"] == values
+
+
+async def test_an_encrypted_saver_never_compresses(api: Api) -> None:
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"k" * 16)
+    other = api.reopened(f"{api.saver.db.name}_encrypted", serde=serde)
+    try:
+        graph, reference, config = await _converse(other, chat(), 2)
+        assert not other.saver.ops.compressing
+        assert await other.count(BLOBS, COMPRESSED) == await other.count(WRITES, COMPRESSED) == 0
+        assert (await other.state(graph, config)).values == reference.get_state(config).values
+    finally:
+        await other.drop_database()
+
+
+async def test_a_damaged_compressed_value_is_missing_not_misread(api: Api) -> None:
+    graph, _, config = await _converse(api, chat(), 2)
+    (head, *_) = await api.docs(BLOBS, {**COMPRESSED, "channel": "messages"})
+    data = bytearray(head["data"])
+    data[len(data) // 2] ^= 0xFF
+    raw = api.raw(BLOBS)
+    await maybe_await(raw.update_one({"_id": head["_id"]}, {"$set": {"data": Binary(bytes(data))}}))
+    with pytest.raises(MissingValueError):
+        await api.get_tuple(
+            {
+                "configurable": {
+                    "thread_id": "t",
+                    "checkpoint_ns": "",
+                    "checkpoint_id": await _naming(api, head),
+                }
+            }
+        )
+
+
+async def _naming(api: Api, head: dict[str, Any]) -> str:
+    """The id of a checkpoint whose values include ``head``'s."""
+    entry = {"channel": head["channel"], "version": head["version"]}
+    (doc, *_) = await api.docs(CHECKPOINTS, {"values": {"$elemMatch": entry}})
+    return str(doc["checkpoint_id"])
+
+
+def test_two_attempts_with_and_without_compression_never_share_a_part() -> None:
+    data = prose(7, 6 * COMPRESS_FROM).encode()
+    plain = list(split("msgpack", data, chunk_size=COMPRESS_FROM))
+    packed = list(split("msgpack", data, chunk_size=COMPRESS_FROM, compress=True))
+    assert packed[-1]["compression"] == ZLIB and "compression" not in plain[-1]
+    assert {p["part"] for p in plain[:-1]}.isdisjoint(p["part"] for p in packed[:-1])
+    # Parts of both attempts under one key: each head joins its own parts only.
+    for head in (plain[-1], packed[-1]):
+        docs = [{**p, "k": 1} for p in (*plain[:-1], *packed[:-1], head)]
+        ((_, (type_, joined)),) = join(docs, ("k",)).values()
+        assert (type_, joined) == ("msgpack", data)
+
+
+def test_an_unknown_compression_is_refused_with_what_to_do() -> None:
+    (head,) = split("msgpack", prose(1, 4 * COMPRESS_FROM).encode(), compress=True)
+    with pytest.raises(UnknownCompressionError, match="does not read: upgrade mongo-ckpt"):
+        join([{**head, "compression": "zstd", "k": 1}], ("k",))
