@@ -18,7 +18,7 @@ from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
 from mongo_ckpt.maintenance import DOOMED, TOUCHED_AT
-from mongo_ckpt.payload import split
+from mongo_ckpt.payload import may_span_parts, split
 
 _MAX_INT64 = 2**63 - 1
 
@@ -250,7 +250,8 @@ def blob_requests(
         join = blob_join(thread_id, checkpoint_ns, channel, version)
         delta = (deltas or {}).get(channel)
         payload = delta.tail if delta is not None else values[channel]
-        parts = list(split(*serde.dumps_typed(payload), compress=compress))
+        type_, data = serde.dumps_typed(payload)
+        parts = list(split(type_, data, compress=compress))
         for fields in parts:
             part = fields.pop("part")
             fields["join"] = join
@@ -267,7 +268,9 @@ def blob_requests(
                     only_new, value_upsert({**fields, "part": 0}), upsert=True
                 )
             out.requests.append(UpdateOne({**key, "part": part}, value_upsert(fields), upsert=True))
-        if len(parts) > 1:
+        # An attempt that did not compress it (cut, or of an instance that does not compress
+        # yet) may have left parts under this key.
+        if len(parts) > 1 or may_span_parts(data):
             out.multipart.append(key)
     return out
 
@@ -299,16 +302,22 @@ def write_requests(
         special = channel in WRITES_IDX_MAP
         idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
         write_key = {**key, "task_id": task_id, "idx": idx}
-        parts = list(split(*serde.dumps_typed(value), compress=compress))
+        type_, data = serde.dumps_typed(value)
+        # A special write in several parts is never compressed: two attempts of it at once,
+        # one compressing and one not, would each delete the other's parts as stale.
+        spans = may_span_parts(data)
+        parts = list(split(type_, data, compress=compress and not (special and spans)))
         for fields in parts:
             part = fields.pop("part")
             fields.update(channel=channel, task_path=task_path, join=join)
-            update = {"$set" if special and part == 0 else "$setOnInsert": fields}
+            update: dict[str, Any] = {"$set" if special and part == 0 else "$setOnInsert": fields}
+            if special and part == 0 and "compression" not in fields:
+                update["$unset"] = {"compression": ""}  # the head it replaces may be compressed
             out.requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
         if special:
             stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": parts[0]["vid"]}}
             out.requests.append(DeleteMany(stale))
-        elif len(parts) > 1:
+        elif len(parts) > 1 or spans:
             out.multipart.append(write_key)
     return out
 

@@ -225,7 +225,9 @@ def unmark_after_late_confirmation(
     that read and the confirmation, found this checkpoint pending with its parent doomed
     (``_stillborn``) and marked the values it shares with the parent after its own last
     look. The checkpoint (``doc``) is visible now, so those marks are lifted, unless it
-    carries a tombstone itself (the marks are then of the call deleting it)."""
+    carries a tombstone itself (the marks are then of the call deleting it). Where marks
+    were lifted, the checkpoint is read once more: a call that tombstoned it since may have
+    marked its values before the lift, so they are marked again for that call to delete."""
     ids = (parent_id, key["checkpoint_id"])
     query = keys_query((key["thread_id"], key["checkpoint_ns"], i) for i in ids)
     found = yield from find(CHECKPOINTS, query, projection=LOOK)
@@ -236,8 +238,13 @@ def unmark_after_late_confirmation(
     if parent is not None and DOOMED not in parent:
         return  # a call dooming it from now on sees this checkpoint confirmed
     named = needed_values([doc])
-    if named:
-        yield from update_many(BLOBS, {**blob_keys_query(named), DOOMED: True}, UNMARK)
+    if not named:
+        return
+    lifted = yield from update_many(BLOBS, {**blob_keys_query(named), DOOMED: True}, UNMARK)
+    if lifted.modified_count:
+        again = yield from find(CHECKPOINTS, dict(key), projection=LOOK)
+        if not again or DOOMED in again[0]:
+            yield from mark_values(named)
 
 
 def _chains_stored(heads: Iterable[Mapping[str, Any]], chains: Mapping[str, Sequence[Any]]) -> bool:

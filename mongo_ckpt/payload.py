@@ -77,13 +77,23 @@ def split(
         yield fields
 
 
-def _stored(head: Mapping[str, Any], data: bytes) -> bytes:
-    """The serialized value from the joined stored bytes of a value whose head is ``head``."""
+def may_span_parts(data: bytes) -> bool:
+    """Whether an attempt storing the serialized ``data`` may need several parts: one that
+    does not compress it does when it is over ``CHUNK_SIZE``."""
+    return len(data) > CHUNK_SIZE
+
+
+def _stored(head: Mapping[str, Any], data: bytes) -> bytes | None:
+    """The serialized value from the joined stored bytes of a value whose head is ``head``;
+    ``None`` when they do not decompress (read as absent, as a failed digest is)."""
     compression = head.get("compression")
     if compression is None:
         return data
     if compression == ZLIB:
-        return zlib.decompress(data)
+        try:
+            return zlib.decompress(data)
+        except zlib.error:
+            return None
     raise UnknownCompressionError(
         f"value {head.get('vid')!r} is stored with compression {compression!r}, which this "
         "release of mongo-ckpt does not read: upgrade mongo-ckpt"
@@ -130,7 +140,10 @@ def join(
         data = b"".join([bytes(head["data"]), *(bytes(rest[p]) for p in range(1, parts))])
         if vid is not None and digest(head["type"], data) != vid:
             continue
-        out[key] = (head, (head["type"], _stored(head, data)))
+        serialized = _stored(head, data)
+        if serialized is None:
+            continue
+        out[key] = (head, (head["type"], serialized))
     return out
 
 

@@ -7,7 +7,6 @@ its head saying so, and reads back as it was given, through every reader (``get_
 from __future__ import annotations
 
 import os
-import random
 from typing import Annotated, Any
 
 import pytest
@@ -25,21 +24,10 @@ from mongo_ckpt import MissingValueError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.payload import COMPRESS_FROM, ZLIB, UnknownCompressionError, digest, join, split
 from tests.backends import maybe_await
+from tests.prose import prose
 from tests.saver_support import Api
 
 COMPRESSED = {"compression": ZLIB}
-
-
-def prose(seed: int, size: int) -> str:
-    """``size`` characters of pseudo-random lowercase words: compresses about as poorly as
-    text does, far from a repeated filler."""
-    rng = random.Random(seed)
-    words: list[str] = []
-    while sum(map(len, words)) + len(words) < size:
-        words.append(
-            "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
-        )
-    return " ".join(words)[:size]
 
 
 def chat(state: type = MessagesState) -> StateGraph:

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from tests.prose import prose
 from tests.saver_support import Api, assert_no_orphans
 
 CHANNELS = ("messages", "items", "log")
@@ -158,8 +159,8 @@ def test_appends_are_stored_as_deltas(saver: MongoDBSaver) -> None:
     api = Api(saver)
     plain = api.reopened(f"{saver.db.name}_plain", list_deltas=False)
     program = [{"back": 0, "ns": "", "writer": 0, "edits": {}}] + [
-        {"back": 0, "ns": "", "writer": 0, "edits": {"messages": [("append", ["x" * 100])]}}
-        for _ in range(32)
+        {"back": 0, "ns": "", "writer": 0, "edits": {"messages": [("append", [prose(n, 100)])]}}
+        for n in range(32)
     ]
     done = run_program([api], plain, program, "appends")
     check_reads([api, plain], done)

@@ -24,6 +24,7 @@ from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, fingerprints
 from mongo_ckpt.memory import THREAD_BYTES
 from mongo_ckpt.schema import saver_key
 from tests.graphs import thread
+from tests.prose import prose
 from tests.saver_support import LOGICAL, Api, assert_no_orphans, maybe_await
 from tests.test_list_delta_differential import (
     check_bounded_chains,
@@ -39,7 +40,7 @@ DELTAS = {"base": {"$exists": True}}
 
 
 def text(role: str, turn: int) -> str:
-    return (f"{role} turn {turn}: " + "The quick brown fox jumps over the lazy dog. " * 23)[:1024]
+    return prose(f"{role}-{turn}", 1024, head=f"{role} turn {turn}:")
 
 
 def chat() -> StateGraph:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -195,9 +196,11 @@ def test_graph_state_reads_few_blob_documents(saver: MongoDBSaver) -> None:
 
 async def test_over_16_mib(api: Api) -> None:
     chain = Chain(api)
-    big = [b"a" * (6 * MB), b"b" * (6 * MB), b"c" * (6 * MB)]
+    # Pseudo-random bytes: compression (layout version 6) leaves them over 16 MiB.
+    rng = random.Random(0)
+    big = [rng.randbytes(6 * MB) for _ in range(3)]
     first = await chain.put(big)  # a whole value over 16 MiB, in parts
-    longer = [*big, b"d" * (6 * MB), b"e" * (6 * MB), b"f" * (6 * MB)]
+    longer = [*big, *(rng.randbytes(6 * MB) for _ in range(3))]
     second = await chain.put(longer)  # a delta whose tail is over 16 MiB, in parts
     heads = await api.docs(BLOBS, {"channel": "messages", "part": 0})
     assert sorted("base" in d for d in heads) == [False, True]

@@ -5,7 +5,6 @@ the benchmark and the storage assertions measure the same thing.
 """
 
 import inspect
-import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing_extensions import TypedDict
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import CountingCollection
+from tests.prose import prose
 
 MESSAGE_BYTES = 1024
 SNAPSHOT_FREQUENCY = 100
@@ -32,19 +32,11 @@ MONGO_CKPT_TWO_COMMANDS = "mongo-ckpt, client_bulk_write=False"
 SAVERS = (MONGO_CKPT, MONGO_CKPT_WHOLE, OFFICIAL)
 PLAIN, DELTA = "add_messages", "DeltaChannel"
 VARIANTS = (PLAIN, DELTA)
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
 def message_text(role: str, turn: int) -> str:
-    """A deterministic message body of exactly ``MESSAGE_BYTES`` ASCII characters: words of
-    pseudo-random letters, of its own for every message, so that compression (layout
-    version 6) gains on it about what it gains on text (less, if anything), not what it
-    gains on a repeated sentence."""
-    rng = random.Random(f"{role}-{turn}")
-    text = f"{role} turn {turn}:"
-    while len(text) < MESSAGE_BYTES:
-        text += " " + "".join(rng.choice(_LETTERS) for _ in range(rng.randint(2, 9)))
-    return text[:MESSAGE_BYTES]
+    """A deterministic message body of exactly ``MESSAGE_BYTES`` ASCII characters, of its
+    own for every message (``tests.prose``: compressed values gain on it about what they
+    gain on text, less if anything)."""
+    return prose(f"{role}-{turn}", MESSAGE_BYTES, head=f"{role} turn {turn}:")
 
 
 def human_message(turn: int) -> HumanMessage:
