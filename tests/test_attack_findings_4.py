@@ -234,14 +234,9 @@ async def test_fork_with_a_stale_id_from_a_checkpoint_being_deleted(
 # -- 3. a put confirmed after the maintenance call that found it pending --------------
 
 
-async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(api: Api) -> None:
-    """The fork's probe misses on a stale ``_id``, its ``judge_parent`` finds the parent
-    untombstoned and accepts; ``delete_for_runs`` runs whole before the confirmation (a
-    separate call): it finds the fork pending with its parent doomed
-    (``maintenance._stillborn``), marks the value the fork shares with the parent, and
-    ``_unmark_confirmed`` finds it still pending. The put, once confirmed, finds its parent
-    gone and lifts the marks (``maintenance.unmark_after_late_confirmation``): no value
-    stays marked under a visible checkpoint."""
+async def _accepted_after_a_miss(api: Api) -> tuple[Fork, str, Stepper]:
+    """The fork's put, stepped until ``judge_parent`` has read the parent (untombstoned,
+    under a new ``_id``: the probe missed) and accepted, before its confirmation."""
     fork = await Fork.build(api)
     await restore_under_new_ids(api, "t")
     fork_id = fork.checkpoint["id"]
@@ -252,6 +247,18 @@ async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(a
 
     await step_until(writer, fork_written)
     assert await writer.step()  # judge_parent's read: the parent is there, untombstoned
+    return fork, fork_id, writer
+
+
+async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(api: Api) -> None:
+    """The fork's probe misses on a stale ``_id``, its ``judge_parent`` finds the parent
+    untombstoned and accepts; ``delete_for_runs`` runs whole before the confirmation (a
+    separate call): it finds the fork pending with its parent doomed
+    (``maintenance._stillborn``), marks the value the fork shares with the parent, and
+    ``_unmark_confirmed`` finds it still pending. The put, once confirmed, finds its parent
+    gone and lifts the marks (``maintenance.unmark_after_late_confirmation``): no value
+    stays marked under a visible checkpoint."""
+    fork, fork_id, writer = await _accepted_after_a_miss(api)
     deleting = Stepper(api, maintenance.delete_for_runs(api.saver.memory.forget, ["old"]))
     await deleting.finish()
     assert deleting.raised is None
@@ -270,16 +277,7 @@ async def test_a_late_confirmation_keeps_the_marks_of_a_call_deleting_the_fork(a
     """The same late confirmation, with ``delete_thread`` tombstoning the fork itself and
     marking its values between the confirmation and the put's read after it: those marks
     are the deleting call's, so the put leaves them, and the thread is deleted whole."""
-    fork = await Fork.build(api)
-    await restore_under_new_ids(api, "t")
-    fork_id = fork.checkpoint["id"]
-    writer = Stepper(api, fork.put(api))
-
-    async def fork_written() -> bool:
-        return await stored(api, fork_id) is not None
-
-    await step_until(writer, fork_written)
-    assert await writer.step()  # judge_parent's read: the parent is there, untombstoned
+    fork, fork_id, writer = await _accepted_after_a_miss(api)
     assert await writer.step()  # the confirmation
     assert await api.count(CHECKPOINTS, {PENDING: True}) == 0
     deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))

@@ -296,6 +296,19 @@ def _put_on_a_parent_never_stored(api: Api) -> tuple[Any, dict[str, Any]]:
     return op, {"configurable": key}
 
 
+async def _confirmed_late(api: Api) -> tuple[dict[str, Any], Stepper]:
+    """A put on a parent never stored, stepped until its separate confirmation landed."""
+    op, config = _put_on_a_parent_never_stored(api)
+    writer = Stepper(api, op)
+
+    async def confirmed() -> bool:
+        docs = await api.docs(CHECKPOINTS, {"thread_id": "t"})
+        return bool(docs) and not docs[0].get(PENDING)
+
+    await step_until(writer, confirmed)
+    return config, writer
+
+
 # Found in review, fixed: maintenance.unmark_after_late_confirmation unmarks after its one read:
 # delete_thread tombstoning the checkpoint and marking its values between that read and the
 # update_many has its marks lifted, and the thread's young, unnamed values survive the delete
@@ -305,14 +318,7 @@ async def test_the_unmark_racing_delete_thread_leaves_nothing_of_the_thread(api:
     absent; ``delete_thread`` then tombstones the checkpoint and marks its values; the
     put's ``update_many`` lifts those marks; ``delete_thread`` deletes the checkpoint and
     leaves the values, unmarked, unnamed and younger than ``STRAY_AGE``."""
-    op, config = _put_on_a_parent_never_stored(api)
-    writer = Stepper(api, op)
-
-    async def confirmed() -> bool:
-        docs = await api.docs(CHECKPOINTS, {"thread_id": "t"})
-        return bool(docs) and not docs[0].get(PENDING)
-
-    await step_until(writer, confirmed)
+    config, writer = await _confirmed_late(api)
     assert await writer.step()  # the unmark's read: the checkpoint visible, the parent absent
     deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))
 
@@ -333,14 +339,7 @@ async def test_the_unmark_racing_delete_thread_leaves_nothing_of_the_thread(api:
 async def test_the_unmark_after_delete_thread_tombstoned_keeps_its_marks(api: Api) -> None:
     """Held: ``delete_thread``'s tombstone lands before the unmark's read, so the put
     sees its checkpoint doomed and leaves the marks; the thread is deleted whole."""
-    op, config = _put_on_a_parent_never_stored(api)
-    writer = Stepper(api, op)
-
-    async def confirmed() -> bool:
-        docs = await api.docs(CHECKPOINTS, {"thread_id": "t"})
-        return bool(docs) and not docs[0].get(PENDING)
-
-    await step_until(writer, confirmed)
+    config, writer = await _confirmed_late(api)
     deleting = Stepper(api, maintenance.delete_thread(api.saver.memory.forget, "t"))
 
     async def values_marked() -> bool:
