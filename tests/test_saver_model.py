@@ -64,9 +64,11 @@ import mongo_ckpt
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.payload import COMPRESS_FROM
 from tests.backends import failing_bulk_write, sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Fault, Faults
+from tests.prose import prose
 
 THREADS = ("t0", "t1", "t2")
 # What one test's runs checked: states (one after every rule) and checkpoints compared.
@@ -260,6 +262,23 @@ class SaverModel(RuleBasedStateMachine):
         self.steps.append(f"turn {thread}")
         self._invoke({"messages": [HumanMessage(f"u{self.turns}", id=f"u{self.turns}")]},
                      {"configurable": {"thread_id": thread}})
+
+    @rule(thread=st.sampled_from(THREADS))
+    def long_turn(self, thread: str) -> None:
+        """A turn with a long message (a pasted document): its values and writes are over
+        ``payload.COMPRESS_FROM``, stored compressed by an instance that compresses."""
+        self.steps.append(f"long turn {thread}")
+        text = prose(self.turns, 3 * COMPRESS_FROM)
+        self._invoke({"messages": [HumanMessage(text, id=f"u{self.turns}")]},
+                     {"configurable": {"thread_id": thread}})
+
+    @rule()
+    def instance_not_compressing_yet(self) -> None:
+        """The running instance read the layout version before the upgrade step recorded
+        version 6 (the minute before its next read): it stores values uncompressed beside
+        the other instance, which compresses."""
+        self.steps.append("instance not compressing yet")
+        self.saver.memory.note_layout(True, True, False)
 
     @precondition(lambda self: self.saver.uses_client_bulk_write)
     @rule(thread=st.sampled_from(THREADS))
