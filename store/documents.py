@@ -25,10 +25,13 @@ from pymongo import (
     DESCENDING,
     DeleteOne,
     IndexModel,
+    InsertOne,
     UpdateMany,
     UpdateOne,
 )
+from pymongo.errors import BulkWriteError
 
+from mongo_ckpt.maintenance import DUPLICATE_KEY
 from mongo_ckpt.store.namespaces import joined, prefixes
 from mongo_ckpt.store.vectors import mean, packed
 
@@ -124,7 +127,7 @@ def selector(namespace: Sequence[str], key: str) -> dict[str, str]:
 OPTIONAL_FIELDS = ("value", "value_typed", "expires_at", "ttl_minutes", "embeddings", "embedding")
 
 
-def put_request(
+def item_fields(
     namespace: tuple[str, ...],
     key: str,
     value: Mapping[str, Any],
@@ -133,17 +136,10 @@ def put_request(
     with_mean: bool,
     serde: SerializerProtocol | None,
     now: datetime,
-    revived: bool = False,
-) -> UpdateOne:
-    """Upsert an item, leaving no field of an earlier form (a serde's, an old TTL, old
-    vectors); ``created_at`` survives an overwrite of a live item, ``updated_at`` moves.
-
-    ``revived``: ``revive_requests`` run before it in the same command, so it is a plain
-    update (``$set`` the fields of its form, ``$unset`` the others, ``created_at`` on
-    insert only). Otherwise it decides over an expired copy itself, in one update pipeline
-    stage that replaces the item whole: an expired copy the TTL monitor has not deleted
-    yet counts as absent, and the item gets a fresh ``created_at``."""
+) -> dict[str, Any]:
+    """Every field a put stores for an item, but ``_id`` and ``created_at``."""
     fields: dict[str, Any] = {
+        **selector(namespace, key),
         "namespace": list(namespace),
         "prefixes": prefixes(namespace),
         "updated_at": now,
@@ -160,18 +156,60 @@ def put_request(
         fields["embeddings"] = [{"path": label, "vector": packed(v)} for label, v in vectors]
         if with_mean:
             fields["embedding"] = mean([v for _, v in vectors])
+    return fields
+
+
+def put_request(fields: Mapping[str, Any], now: datetime, revived: bool = False) -> UpdateOne:
+    """Upsert the item of ``fields`` (``item_fields``), leaving no field of an earlier form
+    (a serde's, an old TTL, old vectors); ``created_at`` survives an overwrite of a live
+    item, ``updated_at`` moves.
+
+    ``revived``: ``revive_requests`` run before it in the same command, so it is a plain
+    update (``$set`` the fields of its form, ``$unset`` the others, ``created_at`` on
+    insert only). Otherwise it decides over an expired copy itself, in one update pipeline
+    stage that replaces the item whole: an expired copy the TTL monitor has not deleted
+    yet counts as absent, and the item gets a fresh ``created_at``."""
+    where = {"ns": fields["ns"], "key": fields["key"]}
     if revived:
-        update: dict[str, Any] = {"$set": fields, "$setOnInsert": {"created_at": now}}
+        update: dict[str, Any] = {"$set": dict(fields), "$setOnInsert": {"created_at": now}}
         unset = {name: "" for name in OPTIONAL_FIELDS if name not in fields}
         if unset:
             update["$unset"] = unset
-        return UpdateOne(selector(namespace, key), update, upsert=True)
+        return UpdateOne(where, update, upsert=True)
     item = {
         "_id": "$_id",
-        **{name: {"$literal": v} for name, v in {**selector(namespace, key), **fields}.items()},
+        **{name: {"$literal": v} for name, v in fields.items()},
         "created_at": kept_created_at(now),
     }
-    return UpdateOne(selector(namespace, key), [{"$replaceRoot": {"newRoot": item}}], upsert=True)
+    return UpdateOne(where, [{"$replaceRoot": {"newRoot": item}}], upsert=True)
+
+
+def insert_request(fields: Mapping[str, Any], now: datetime) -> InsertOne[dict[str, Any]]:
+    """Insert the item of ``fields`` as new: the same document a ``put_request`` upserting
+    it would create. Refused by the unique ``namespace_key`` index where the item is stored
+    (live or expired)."""
+    return InsertOne({**fields, "created_at": now})
+
+
+INSERTS_FROM = 8
+"""Puts in a batch from which it is sent insert-first (``insert_request``): on SecantusDB
+an insert costs about a third of an upsert (``tests/perf/bench_store.py --put-shapes``),
+and a batch whose first stored item refuses its insert sends the rest as upserts, one
+command more. Smaller batches (a single ``put``) are upserts: one command whatever is
+stored."""
+
+
+def refused_insert(error: BulkWriteError, inserts: range) -> int | None:
+    """The position, among ``inserts`` (their indexes in the ordered bulk write that
+    failed with ``error``), of the insert refused because its item is stored; ``None``
+    when the write failed for any other reason (then nothing is to be retried here)."""
+    details = error.details
+    if details.get("writeConcernErrors") or len(details.get("writeErrors", ())) != 1:
+        return None
+    failed = details["writeErrors"][0]
+    if failed.get("code") != DUPLICATE_KEY or failed.get("index") not in inserts:
+        return None
+    return int(failed["index"]) - inserts.start
 
 
 def kept_created_at(now: datetime) -> dict[str, Any]:

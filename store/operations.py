@@ -34,7 +34,7 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
-from pymongo.errors import OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from mongo_ckpt import schema
 from mongo_ckpt.calls import (
@@ -263,9 +263,7 @@ class StoreOperations:
                 read.extend(doc for _, doc in page)
         for i, listing in plan.listings:
             results[i] = (yield from self._namespaces(listing, now)) if listing.limit else []
-        writes = self._writes(plan, embedded, read, now)
-        if writes:
-            yield from bulk_write(STORE, writes, ordered=True)
+        yield from self._write(plan, embedded, read, now)
         return results
 
     def _search(
@@ -394,55 +392,81 @@ class StoreOperations:
         opened = (reading.opened(doc, self.serde) for doc in docs)
         return [doc for doc in opened if matches(doc["value"], clauses)]
 
-    def _writes(
+    def _write(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
-    ) -> list[WriteRequest]:
-        """Deletes first, then updates: an ordered bulk write sends each run of one kind
-        as one command, so this is at most two commands (one for a single put). A batch of
-        many puts writes plain upserts after the statements renewing ``created_at`` of the
-        expired copies they overwrite, a small one an update pipeline each (see
-        ``documents.revived_puts``); each registry entry is written after its items (see
-        ``registry``)."""
-        deleted: dict[str, None] = {}
+    ) -> Operation[None]:
+        """The batch's writes, in one ordered ``bulk_write``: deletes, the TTL refreshes of
+        what it read, its puts, then the registry entries of the namespaces it wrote (each
+        after its items, see ``registry``). An ordered bulk write sends each run of one kind
+        of request as one command: a single put is one command.
+
+        A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
+        one already stored (live or expired) stops the command, and the puts from it on
+        are sent again as upserts with the registry entries, in one more command. Upserts
+        of many puts are plain updates after the statements renewing ``created_at`` of the
+        expired copies they overwrite, of a few an update pipeline each (see
+        ``documents.revived_puts``)."""
+        deletes = [op for op in plan.puts.values() if op.value is None]
+        puts = [op for op in plan.puts.values() if op.value is not None]
+        items = [self._item(op, embedded, now) for op in puts]
+        before: list[WriteRequest] = [
+            *(documents.delete_request(op.namespace, op.key) for op in deletes),
+            *documents.refresh_requests(read, now),
+            *(registry.raise_request(ns, until) for ns, until in _refreshed(read, now).items()),
+        ]
         expiries: dict[tuple[str, ...], list[datetime]] = {}
-        deletes: list[WriteRequest] = []
-        put_items = [(op.namespace, op.key) for op in plan.puts.values() if op.value is not None]
-        revives = documents.revived_puts(put_items, now)
-        updates: list[WriteRequest] = [*revives]
-        for op in plan.puts.values():
-            if op.value is None:
-                deletes.append(documents.delete_request(op.namespace, op.key))
-                deleted[joined(op.namespace)] = None
-                continue
+        for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-            updates.append(
-                documents.put_request(
-                    op.namespace,
-                    op.key,
-                    op.value,
-                    op.ttl,
-                    embedded.items.get(key_for(op.namespace, op.key), ()),
-                    bool(self.vector_search),
-                    self.serde,
-                    now,
-                    revived=bool(revives),
-                )
-            )
-        refreshed: dict[tuple[str, ...], datetime] = {}
-        for doc in read:
-            if doc.get("ttl_minutes") is not None:
-                namespace = tuple(doc["namespace"])
-                until = documents.expiry(now, doc["ttl_minutes"])
-                refreshed[namespace] = max(until, refreshed.get(namespace, until))
-        return [
-            *deletes,
-            *(registry.delete_request(ns) for ns in deleted),
-            *documents.refresh_requests(read, now),
-            *(registry.raise_request(ns, until) for ns, until in refreshed.items()),
-            *updates,
+        after: list[WriteRequest] = [
+            *(
+                registry.delete_request(ns)
+                for ns in dict.fromkeys(joined(op.namespace) for op in deletes)
+            ),
             *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
         ]
+        if len(items) >= documents.INSERTS_FROM:
+            inserts = [documents.insert_request(item, now) for item in items]
+            try:
+                yield from bulk_write(STORE, [*before, *inserts, *after], ordered=True)
+                return
+            except BulkWriteError as error:
+                stored = documents.refused_insert(
+                    error, range(len(before), len(before) + len(inserts))
+                )
+                if stored is None:
+                    raise
+            before, items = [], items[stored:]  # what came before the stored item is written
+        revives = documents.revived_puts([(tuple(i["namespace"]), i["key"]) for i in items], now)
+        updates = [documents.put_request(item, now, revived=bool(revives)) for item in items]
+        writes = [*before, *revives, *updates, *after]
+        if writes:
+            yield from bulk_write(STORE, writes, ordered=True)
+
+    def _item(self, op: PutOp, embedded: Embedded, now: datetime) -> dict[str, Any]:
+        """The fields ``op`` stores (``documents.item_fields``)."""
+        assert op.value is not None
+        return documents.item_fields(
+            op.namespace,
+            op.key,
+            op.value,
+            op.ttl,
+            embedded.items.get(key_for(op.namespace, op.key), ()),
+            bool(self.vector_search),
+            self.serde,
+            now,
+        )
+
+
+def _refreshed(read: list[Mapping[str, Any]], now: datetime) -> dict[tuple[str, ...], datetime]:
+    """The latest new expiry, by namespace, of the expiring items a refresh moves."""
+    refreshed: dict[tuple[str, ...], datetime] = {}
+    for doc in read:
+        if doc.get("ttl_minutes") is not None:
+            namespace = tuple(doc["namespace"])
+            until = documents.expiry(now, doc["ttl_minutes"])
+            refreshed[namespace] = max(until, refreshed.get(namespace, until))
+    return refreshed
 
 
 def _check_page(limit: Any, offset: Any) -> None:

@@ -234,3 +234,23 @@ async def store_api(target: Target, db_name: str) -> AsyncIterator[StoreApi]:
     yield StoreApi(store_class(client, db_name))
     await maybe_await(client.drop_database(db_name))
     await aclose(client)
+
+
+# How a batch's puts are written: update pipelines (a few puts), plain upserts after the
+# revive statements (many puts per set of keys), or inserts first, the rest as upserts
+# once a stored item refuses its insert (a batch of at least documents.INSERTS_FROM puts).
+PUT_SHAPES = {
+    "pipeline": {"PUTS_PER_REVIVE": 10**6, "INSERTS_FROM": 10**6},
+    "plain": {"PUTS_PER_REVIVE": 1, "INSERTS_FROM": 10**6},
+    "insert": {"PUTS_PER_REVIVE": 10**6, "INSERTS_FROM": 1},
+}
+
+
+@pytest.fixture(params=list(PUT_SHAPES))
+def put_shape(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every batch of the test writes its puts in one shape (``PUT_SHAPES``)."""
+    from mongo_ckpt.store import documents
+
+    for name, value in PUT_SHAPES[request.param].items():
+        monkeypatch.setattr(documents, name, value)
+    return str(request.param)

@@ -166,3 +166,51 @@ def test_put_over_an_expired_copy_is_one_command_and_a_new_item(
     again = store.get(("t",), "live")
     assert again.created_at == first.created_at
     assert again.value == {"v": 2}
+
+
+def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_again(
+    counted: tuple[MongoDBStore, Any],
+) -> None:
+    """A batch of ``INSERTS_FROM`` puts or more inserts its items, then writes their
+    registry entries: one collection call (two wire commands, as an ordered bulk write
+    sends each run of one kind). An item already stored stops the inserts; the puts from it
+    on go again as upserts, with the entries, in one more command. Smaller batches stay one
+    ``update``. Every item ends as put, and the stored one keeps its ``created_at``."""
+    store, listener = counted
+    calls: list[int] = []
+    inner = store.collections["store"]
+
+    class Counting:
+        def __getattr__(self, attr: str) -> Any:
+            if attr == "bulk_write":
+                calls.append(1)
+            return getattr(inner, attr)
+
+    size = store_documents.INSERTS_FROM
+    ns = ("users", "1")
+    store.put(ns, "k5", {"v": "first"})
+    stored = store.get(ns, "k5")
+    store.collections["store"] = Counting()
+    new = [PutOp(ns, f"k{i}", {"v": i}) for i in range(10, 10 + size)]
+    assert _commands(store, listener, lambda: store.batch(new)) == ["insert", "update"]
+    assert len(calls) == 1
+    calls.clear()
+    again = [PutOp(ns, f"k{i}", {"v": -i}) for i in range(size)]  # k5 is stored
+    # The server stops at k5's insert, so its update run is never sent (mock counts the
+    # runs each bulk write carries).
+    sent = ["insert", "update"] if listener else ["insert", "update", "update"]
+    assert _commands(store, listener, lambda: store.batch(again)) == sent
+    assert len(calls) == 2
+    calls.clear()
+    small = [PutOp(ns, f"s{i}", {"v": i}) for i in range(size - 1)]
+    assert _commands(store, listener, lambda: store.batch(small)) == ["update"]
+    assert len(calls) == 1
+    store.collections["store"] = inner
+    items = {item.key: item for item in store.search(ns, limit=100)}
+    expected = {f"k{i}": i for i in range(10, 10 + size)} | {f"k{i}": -i for i in range(size)}
+    expected |= {f"s{i}": i for i in range(size - 1)}
+    assert {key: item.value["v"] for key, item in items.items()} == expected
+    assert items["k5"].created_at == stored.created_at
+    assert items["k5"].updated_at > stored.updated_at
+    assert items["k0"].created_at == items["k0"].updated_at
+    assert store.list_namespaces() == [ns]

@@ -9,6 +9,7 @@ import mongomock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 from pymongo import MongoClient
 
@@ -52,9 +53,14 @@ FILTERS = st.one_of(
 )
 PATHS = st.lists(st.one_of(LABELS, st.just("*")), min_size=1, max_size=3).map(tuple)
 
-OPS = st.one_of(
+WRITES = st.one_of(
     st.tuples(st.just("put"), NAMESPACES, KEYS, VALUES),
     st.tuples(st.just("delete"), NAMESPACES, KEYS),
+)
+OPS = st.one_of(
+    WRITES,
+    # Puts and deletes in one batch: up to 10, so past documents.INSERTS_FROM.
+    st.tuples(st.just("batch"), st.lists(WRITES, min_size=1, max_size=10)),
     st.tuples(st.just("get"), NAMESPACES, KEYS),
     st.tuples(st.just("search"), st.lists(LABELS, max_size=2).map(tuple), FILTERS),
     st.tuples(
@@ -74,6 +80,9 @@ def _apply(store: Any, op: tuple) -> Any:
         return store.put(*args)
     if kind == "delete":
         return store.delete(*args)
+    if kind == "batch":
+        (writes,) = args
+        return store.batch([PutOp(*w[1:3], w[3] if w[0] == "put" else None) for w in writes])
     if kind == "get":
         item = store.get(*args)
         return item and (item.namespace, item.key, item.value)
@@ -104,9 +113,10 @@ def _without_empty_namespaces(memory: InMemoryStore) -> InMemoryStore:
     return copy
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(OPS, max_size=25))
-def test_same_answers_as_in_memory_store_on_mongomock(ops: list[tuple]) -> None:
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(OPS, max_size=25))
+def test_same_answers_as_in_memory_store_on_mongomock(put_shape: str, ops: list[tuple]) -> None:
     _check(MongoDBStore(mongomock.MongoClient(), "differential"), ops)
 
 

@@ -1,9 +1,10 @@
 """Fault injection over the store's writes, sync and async: each collection call of a
-mixed ``batch``, a ``put`` and a ``delete`` fails in turn (before it is sent, after the
-server applied it, and the batch's ordered bulk write cut after every k requests). After
-the failure every item holds its value from before or from after the call, never anything
-else; a retry, with the same values or with others, ends in exactly the state
-``InMemoryStore`` reaches."""
+mixed ``batch``, a ``put``, a ``delete`` and a batch of puts sent insert-first (``ingest``:
+new items, then a stored one, whose refused insert sends the rest as upserts) fails in
+turn (before it is sent, after the server applied it, and the batch's ordered bulk write
+cut after every k requests). After the failure every item holds its value from before or
+from after the call, never anything else; a retry, with the same values or with others,
+ends in exactly the state ``InMemoryStore`` reaches."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from langgraph.store.base import GetOp, Op, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 from pymongo.errors import AutoReconnect
 
+from mongo_ckpt.store import documents
 from tests.fault_harness import fault_plan
 from tests.faults import Faults
 from tests.saver_support import AwaitableMethods
@@ -34,6 +36,14 @@ def operation(name: str, ns: tuple[str, ...], seed: int) -> list[Op]:
         return [PutOp(ns, "k0", {"v": seed, "big": "x" * 1000})]
     if name == "delete":
         return [PutOp(ns, "k1", None)]
+    if name == "ingest":  # inserted until k2, which is stored: the rest as upserts
+        new = [PutOp(ns, f"n{i}", {"v": seed, "i": i}) for i in range(documents.INSERTS_FROM)]
+        return [
+            *new,
+            PutOp(ns, "k2", {"v": seed}),
+            PutOp(ns, "n9", {"v": seed}),
+            PutOp(ns, "k4", None),
+        ]
     return [
         GetOp(ns, "k2"),
         PutOp(ns, "k0", {"v": seed}),
@@ -92,7 +102,7 @@ async def check_every_fault(store: Any, name: str) -> int:
     return len(plan) * 2
 
 
-STORE_OPERATIONS = ["batch", "put", "delete"]
+STORE_OPERATIONS = ["batch", "put", "delete", "ingest"]
 
 
 @pytest.mark.parametrize("name", STORE_OPERATIONS)

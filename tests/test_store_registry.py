@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import ListNamespacesOp, Op, PutOp
+from pymongo.errors import BulkWriteError
 
 from mongo_ckpt import schema
 from mongo_ckpt.calls import Call, Operation
@@ -139,23 +140,26 @@ async def test_upgrade_from_layout_1_builds_the_registry(store_api: Any) -> None
 
 class Stepper:
     """An operation run one step at a time: each collection call, and each request of a
-    bulk write on its own (the server may interleave other writes between them)."""
+    bulk write on its own (the server may interleave other writes between them). A
+    request that fails ends its ordered bulk write, whose error names its index."""
 
     def __init__(self, operation: Operation[Any]) -> None:
         self._operation = operation
         self._queue: list[Call] = []
         self._sent: Any = None
+        self._position = 0  # of the next request in its bulk write
         self.done = False
         self.result: Any = None
-        self._advance()
+        self._advance(lambda: self._operation.send(None))
 
-    def _advance(self) -> None:
+    def _advance(self, resume: Any) -> None:
         try:
-            step = self._operation.send(self._sent)
+            step = resume()
         except StopIteration as stop:
             self.done, self.result = True, stop.value
             return
         assert isinstance(step, Call)
+        self._position = 0
         if step.method == "bulk_write":
             self._queue = [
                 Call(step.collection, step.method, ([r],), step.kwargs) for r in step.args[0]
@@ -165,10 +169,20 @@ class Stepper:
 
     def step(self, collections: dict[str, Any]) -> None:
         call = self._queue.pop(0)
-        result = execute(collections, call)
+        try:
+            result = execute(collections, call)
+        except BulkWriteError as error:
+            details = dict(error.details)
+            details["writeErrors"] = [
+                {**e, "index": e["index"] + self._position} for e in details["writeErrors"]
+            ]
+            self._queue = []
+            self._advance(lambda: self._operation.throw(BulkWriteError(details)))
+            return
+        self._position += 1
         if not self._queue:
-            self._sent = None if call.method == "bulk_write" else result
-            self._advance()
+            sent = None if call.method == "bulk_write" else result
+            self._advance(lambda: self._operation.send(sent))
 
 
 def _operation(store: MongoDBStore, ops: list[Op]) -> Operation[Any]:
@@ -261,9 +275,10 @@ class Race:
         assert _listed(self.store) == _truth(self.store)
 
 
+@pytest.mark.parametrize("put_shape", ["pipeline", "insert"], indirect=True)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_interleaving_of_the_last_items_writes_and_a_listing(
-    scenario: str, db_name: str
+    scenario: str, db_name: str, put_shape: str
 ) -> None:
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)

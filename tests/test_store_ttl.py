@@ -119,19 +119,12 @@ async def test_reput_of_an_expired_item_is_a_new_item(make_astore: Any) -> None:
     assert second.created_at == second.updated_at
 
 
-# Puts per revive statement from which a batch writes plain updates: 1, every batch does
-# (after its revive statements); a million, none does (update pipelines).
-PUT_SHAPES = pytest.mark.parametrize("puts_per_revive", [1, 10**6], ids=["plain", "pipeline"])
-
-
-@PUT_SHAPES
 async def test_a_batch_renews_created_at_over_its_expired_copies_only(
-    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
+    make_astore: Any, put_shape: str
 ) -> None:
     """One batch over several namespaces: the expired copies it puts are new items, its
     live copies keep ``created_at``, and an expired item it does not put is untouched
     (even one whose key the batch puts in another namespace)."""
-    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
     store = await _no_ttl_monitor(make_astore())
     await store.abatch(
         [PutOp(("a",), "x", {"v": 1}, ttl=60), PutOp(("a",), "y", {"v": 1}, ttl=60)]
@@ -179,16 +172,13 @@ def test_only_batches_of_enough_puts_per_revive_statement_write_plain_updates() 
     # Each namespace its own keys: a statement each, too many for what it saves.
     scattered = [((f"n{i}",), f"k{i}") for i in range(100)]
     assert documents.revived_puts(scattered, now) == []
-    plain = documents.put_request(("a",), "k", {}, None, [], False, None, now, revived=True)
+    fields = documents.item_fields(("a",), "k", {}, None, [], False, None, now)
+    plain = documents.put_request(fields, now, revived=True)
     assert set(plain._doc) == {"$set", "$setOnInsert", "$unset"}
-    assert isinstance(documents.put_request(("a",), "k", {}, None, [], False, None, now)._doc, list)
+    assert isinstance(documents.put_request(fields, now)._doc, list)
 
 
-@PUT_SHAPES
-async def test_a_put_leaves_no_field_of_an_earlier_form(
-    make_astore: Any, monkeypatch: pytest.MonkeyPatch, puts_per_revive: int
-) -> None:
-    monkeypatch.setattr(documents, "PUTS_PER_REVIVE", puts_per_revive)
+async def test_a_put_leaves_no_field_of_an_earlier_form(make_astore: Any, put_shape: str) -> None:
     index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
     store = make_astore(index=index, exact_search=True)
     await store.aput(("t",), "k", {"text": "first", "old": 1}, ttl=5)

@@ -466,13 +466,16 @@ def our_puts(revived: bool) -> Callable[[Any], list[Any]]:
         revives = documents.revive_requests(items, now) if revived else []
         return revives + [
             documents.put_request(
-                ns,
-                key,
-                value(i),
-                None,
-                [("text", embeddings.embed_query(value(i)["text"]))],
-                False,
-                None,
+                documents.item_fields(
+                    ns,
+                    key,
+                    value(i),
+                    None,
+                    [("text", embeddings.embed_query(value(i)["text"]))],
+                    False,
+                    None,
+                    now,
+                ),
                 now,
                 revived,
             )
