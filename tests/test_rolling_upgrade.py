@@ -17,8 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,6 @@ from mongo_ckpt import MongoDBSaver, memory
 from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import Layout
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, read_version, saver_key
-from tests.backends import sync_client, uri_for
 from tests.rolling_release import chat_graph, turn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,22 +79,30 @@ def release(request: Any, tmp_path_factory: Any) -> tuple[int, Path]:
     rev = previous_release(version)
     if rev is None:
         pytest.skip(f"needs git and the repository's history (the layout-{version} release)")
-    root = tmp_path_factory.mktemp(f"release{version}")
+    return version, release_tree(rev, tmp_path_factory.mktemp(f"release{version}"))
+
+
+def release_tree(rev: str, root: Path) -> Path:
+    """Commit ``rev``'s library in ``root``, laid out as installed (``store/`` as
+    ``mongo_ckpt/store``)."""
     archive = _git("archive", rev, "mongo_ckpt", "store")
     assert archive.returncode == 0, archive.stderr
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     (root / "store").rename(root / "mongo_ckpt" / "store")
     print(f"previous release: commit {rev[:12]}")
-    return version, root
+    return root
 
 
 class OldRelease:
-    """A running process of the previous release (``tests/rolling_release.py``)."""
+    """A running process of the previous release (``tests/rolling_release.py``, or another
+    ``script`` answering each line with one JSON line)."""
 
-    def __init__(self, tree: Path, uri: str, db_name: str, direct: bool) -> None:
+    def __init__(
+        self, tree: Path, uri: str, db_name: str, direct: bool, script: Path = SCRIPT
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         self.process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), uri, db_name, "1" if direct else "0"],
+            [sys.executable, str(script), uri, db_name, "1" if direct else "0"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -130,19 +135,6 @@ class OldRelease:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-@pytest.fixture(params=["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)])
-def database(request: Any) -> Iterator[tuple[str, Any, str, bool]]:
-    """``(uri, sync client, fresh database name, directConnection)`` on the backend."""
-    backend = request.param
-    client = sync_client(backend)
-    db_name = f"t_roll_{uuid.uuid4().hex[:8]}"
-    try:
-        yield uri_for(backend), client, db_name, backend == "wire"
-    finally:
-        client.drop_database(db_name)
-        client.close()
 
 
 def test_previous_release_and_this_one_share_a_thread_then_upgrade(

@@ -1,0 +1,99 @@
+"""The store's previous release and this one on one collection (DESIGN.md §2, a rolling
+deployment): the release before batches of puts were sent insert-first runs as a separate
+process beside this one. They take turns writing batches over each other's items (new
+items, stored ones, deletes); after each, both read every item and namespace, and both
+readings equal each other and what ``InMemoryStore`` holds, and an item overwritten keeps
+its ``created_at`` whichever release wrote it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.store.base import PutOp
+from langgraph.store.memory import InMemoryStore
+
+from mongo_ckpt.store import MongoDBStore, documents
+from tests import rolling_store
+from tests.test_rolling_upgrade import GIT, ROOT, OldRelease, _git, _having, release_tree
+
+SCRIPT = ROOT / "tests" / "rolling_store.py"
+ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
+
+
+def store_release() -> str | None:
+    """The newest commit of ``HEAD``'s history whose store sends no batch insert-first."""
+    if GIT is None:
+        return None
+    listed = _git("rev-list", "--topo-order", "HEAD")
+    revs = listed.stdout.decode().split() if listed.returncode == 0 else []
+    for start in range(0, len(revs), 100):
+        chunk = revs[start : start + 100]
+        inserting = _having(chunk, "^INSERTS_FROM = ", "store/documents.py")
+        for rev in chunk:
+            if rev not in inserting:
+                return rev
+    return None
+
+
+@pytest.fixture(scope="module")
+def previous_store(tmp_path_factory: Any) -> Path:
+    rev = store_release()
+    if rev is None:
+        pytest.skip("needs git and the repository's history (the store's previous release)")
+    return release_tree(rev, tmp_path_factory.mktemp("store-release"))
+
+
+def _batch(rng: random.Random, round_: int) -> list[list[Any]]:
+    """Twelve distinct items, the first nine put (more than ``INSERTS_FROM``), the rest put
+    or deleted."""
+    chosen = rng.sample(ITEMS, 12)
+    return [
+        [ns, key, None if i >= 9 and rng.random() < 0.5 else {"round": round_, "r": i}]
+        for i, (ns, key) in enumerate(chosen)
+    ]
+
+
+def test_the_previous_release_and_this_one_write_and_read_one_collection(
+    previous_store: Path, database: tuple[str, Any, str, bool]
+) -> None:
+    uri, client, db_name, direct = database
+    assert documents.INSERTS_FROM <= 9
+    old = OldRelease(previous_store, uri, db_name, direct, script=SCRIPT)
+    try:
+        assert old.started["ready"].startswith(str(previous_store)), old.started
+        store = MongoDBStore(client, db_name)
+        store.setup()
+        memory = InMemoryStore()
+        rng = random.Random(5)
+        created: dict[tuple[str, ...], str] = {}
+        for round_ in range(10):
+            batch = _batch(rng, round_)
+            if round_ % 2:
+                theirs = old.turn(json.dumps(batch))
+            else:
+                store.batch([PutOp(tuple(ns), key, value) for ns, key, value in batch])
+                theirs = old.turn("[]")
+            memory.batch([PutOp(tuple(ns), key, value) for ns, key, value in batch])
+            mine = {
+                "items": rolling_store.items(store),
+                "namespaces": rolling_store.namespaces(store),
+            }
+            assert json.loads(json.dumps(mine)) == theirs, round_
+            expected = sorted(
+                [list(i.namespace), i.key, i.value] for i in memory.search(("roll",), limit=1000)
+            )
+            assert [item[:3] for item in mine["items"]] == expected, round_
+            listed = sorted({tuple(ns) for ns, _, _ in expected})
+            assert [tuple(ns) for ns in mine["namespaces"]] == listed, round_
+            deleted = {(tuple(ns), key) for ns, key, value in batch if value is None}
+            for ns, key, _, created_at, _ in mine["items"]:
+                item = (tuple(ns), key)
+                if item in created and item not in deleted:
+                    assert created_at == created[item], (round_, item)
+            created = {(tuple(ns), key): c for ns, key, _, c, _ in mine["items"]}
+    finally:
+        old.stop()
