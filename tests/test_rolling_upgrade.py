@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +52,23 @@ def previous_release(version: int) -> str | None:
     """The newest commit of ``HEAD``'s history whose saver is at layout ``version`` (for
     version 3: one without list deltas, no ``mongo_ckpt/listdelta.py``); ``None`` without
     git or that commit."""
-    if GIT is None:
-        return None
-    listed = _git("rev-list", "--topo-order", "HEAD")
-    revs = listed.stdout.decode().split() if listed.returncode == 0 else []
-    for start in range(0, len(revs), 100):
-        chunk = revs[start : start + 100]
+    for chunk in history():
         at = _having(chunk, f"^SAVER_SCHEMA_VERSION = {version}$", "mongo_ckpt/schema.py")
         with_deltas = _having(chunk, "^", "mongo_ckpt/listdelta.py") if version == 3 else set()
         for rev in chunk:
             if rev in at and rev not in with_deltas:
                 return rev
     return None
+
+
+def history() -> Iterator[list[str]]:
+    """``HEAD``'s commits, newest first, 100 at a time; none without git."""
+    if GIT is None:
+        return
+    listed = _git("rev-list", "--topo-order", "HEAD")
+    revs = listed.stdout.decode().split() if listed.returncode == 0 else []
+    for start in range(0, len(revs), 100):
+        yield revs[start : start + 100]
 
 
 def _having(revs: list[str], pattern: str, path: str) -> set[str]:

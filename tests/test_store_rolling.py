@@ -18,7 +18,7 @@ from langgraph.store.memory import InMemoryStore
 
 from mongo_ckpt.store import MongoDBStore, documents
 from tests import rolling_store
-from tests.test_rolling_upgrade import GIT, ROOT, OldRelease, _git, _having, release_tree
+from tests.test_rolling_upgrade import ROOT, OldRelease, _having, history, release_tree
 
 SCRIPT = ROOT / "tests" / "rolling_store.py"
 ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
@@ -26,12 +26,7 @@ ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
 
 def store_release() -> str | None:
     """The newest commit of ``HEAD``'s history whose store sends no batch insert-first."""
-    if GIT is None:
-        return None
-    listed = _git("rev-list", "--topo-order", "HEAD")
-    revs = listed.stdout.decode().split() if listed.returncode == 0 else []
-    for start in range(0, len(revs), 100):
-        chunk = revs[start : start + 100]
+    for chunk in history():
         inserting = _having(chunk, "^INSERTS_FROM = ", "store/documents.py")
         for rev in chunk:
             if rev not in inserting:
