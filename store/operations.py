@@ -221,10 +221,10 @@ class StoreOperations:
         if op.value is not None:
             if not isinstance(op.value, Mapping):
                 raise TypeError(f"value must be a dict, got {type(op.value).__name__}")
-            if self.serde is None:
-                documents.stored_value(op.value)  # raises on a key BSON cannot hold
             _check_ttl(op.ttl)
-            _check_value_size(op.namespace, key, op.value)
+            # As stored: escaped keys without a serde (raises on a key BSON cannot hold).
+            stored = op.value if self.serde else documents.stored_value(op.value)
+            _check_value(op.namespace, key, stored, plain=self.serde is None)
         if (
             op.index is not None
             and op.index is not False
@@ -395,9 +395,10 @@ class StoreOperations:
     def _write(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> Operation[None]:
-        """The batch's writes, in one ordered ``bulk_write``: deletes, the TTL refreshes of
-        what it read, its puts, then the registry entries of the namespaces it wrote (each
-        after its items, see ``registry``). An ordered bulk write sends each run of one kind
+        """The batch's writes, in one ordered ``bulk_write``: deletes and the flags of their
+        namespaces' registry entries, the TTL refreshes of what it read, its puts, then the
+        registry entries of the namespaces it put into (each after its items, see
+        ``registry``). An ordered bulk write sends each run of one kind
         of request as one command: a single put is one command.
 
         A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
@@ -409,8 +410,11 @@ class StoreOperations:
         deletes = [op for op in plan.puts.values() if op.value is None]
         puts = [op for op in plan.puts.values() if op.value is not None]
         items = [self._item(op, embedded, now) for op in puts]
+        emptied = dict.fromkeys(joined(op.namespace) for op in deletes)
         before: list[WriteRequest] = [
             *(documents.delete_request(op.namespace, op.key) for op in deletes),
+            # Flagged with the deletes, before any put that may fail and stop the write.
+            *(registry.delete_request(ns) for ns in emptied),
             *documents.refresh_requests(read, now),
             *(registry.raise_request(ns, until) for ns, until in _refreshed(read, now).items()),
         ]
@@ -418,13 +422,7 @@ class StoreOperations:
         for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-        after: list[WriteRequest] = [
-            *(
-                registry.delete_request(ns)
-                for ns in dict.fromkeys(joined(op.namespace) for op in deletes)
-            ),
-            *(r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)),
-        ]
+        after = [r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:
@@ -486,16 +484,32 @@ MAX_VALUE_BYTES = 15 * 2**20
 """Largest item value, as BSON, ``put`` accepts: below MongoDB's 16 MiB document limit."""
 
 
-def _check_value_size(namespace: Any, key: str, value: Mapping[str, Any]) -> None:
+def _check_value(namespace: Any, key: str, value: Mapping[str, Any], *, plain: bool) -> None:
+    """Refuse, before any I/O, a value over ``MAX_VALUE_BYTES`` as BSON and, stored
+    ``plain`` (without a serde), one BSON cannot hold: the batch would otherwise fail
+    half-written, after its deletes."""
+    where = f"value of namespace {tuple(namespace)!r} key {key!r}"
     try:
         size = len(bson.encode(value))
-    except (InvalidDocument, OverflowError, TypeError):
-        return  # not plain BSON (a serde stores it): nothing cheap to measure
+    except InvalidDocument as exc:
+        if plain:
+            raise TypeError(
+                f"{where} cannot be stored as BSON ({exc}): store JSON-like values (str, "
+                "int, float, bool, None, datetime, bytes, lists and dicts of them), or pass "
+                "a serde= that serializes it. Nothing in this batch was written"
+            ) from exc
+        return  # a serde stores it: nothing cheap to measure
+    except OverflowError as exc:
+        if plain:
+            raise ValueError(
+                f"{where} holds an integer outside BSON's 64-bit range ({exc}): store it "
+                "as a string or float. Nothing in this batch was written"
+            ) from exc
+        return
     if size > MAX_VALUE_BYTES:
         raise ValueError(
-            f"value of namespace {tuple(namespace)!r} key {key!r} is {size} bytes as BSON, "
-            f"over the {MAX_VALUE_BYTES}-byte (15 MiB) limit per item; split it across "
-            "several keys. Nothing in this batch was written"
+            f"{where} is {size} bytes as BSON, over the {MAX_VALUE_BYTES}-byte (15 MiB) "
+            "limit per item; split it across several keys. Nothing in this batch was written"
         )
 
 
