@@ -165,13 +165,15 @@ def put_request(fields: Mapping[str, Any], now: datetime, revived: bool = False)
     item, ``updated_at`` moves.
 
     ``revived``: ``revive_requests`` run before it in the same command, so it is a plain
-    update (``$set`` the fields of its form, ``$unset`` the others, ``created_at`` on
-    insert only). Otherwise it decides over an expired copy itself, in one update pipeline
+    update (``$set`` the fields of its form, ``$unset`` the others, ``created_at`` at most
+    ``now``). Otherwise it decides over an expired copy itself, in one update pipeline
     stage that replaces the item whole: an expired copy the TTL monitor has not deleted
     yet counts as absent, and the item gets a fresh ``created_at``."""
     where = {"ns": fields["ns"], "key": fields["key"]}
     if revived:
-        update: dict[str, Any] = {"$set": dict(fields), "$setOnInsert": {"created_at": now}}
+        # $min, not $setOnInsert: another writer's put, timed later but landed first,
+        # must not leave a created_at after this put's updated_at.
+        update: dict[str, Any] = {"$set": dict(fields), "$min": {"created_at": now}}
         unset = {name: "" for name in OPTIONAL_FIELDS if name not in fields}
         if unset:
             update["$unset"] = unset
@@ -213,9 +215,10 @@ def refused_insert(error: BulkWriteError, inserts: range) -> int | None:
 
 
 def kept_created_at(now: datetime) -> dict[str, Any]:
-    """``created_at`` of the stored copy if it is live, else ``now`` (new or expired)."""
+    """``created_at`` of the stored copy if it is live, else ``now`` (new or expired); never
+    after ``now``, this put's ``updated_at`` (a put timed later may have landed first)."""
     still_live = {"$gt": [{"$ifNull": ["$expires_at", FOREVER]}, now]}
-    return {"$cond": [still_live, {"$ifNull": ["$created_at", now]}, now]}
+    return {"$cond": [still_live, {"$min": [{"$ifNull": ["$created_at", now]}, now]}, now]}
 
 
 PUTS_PER_REVIVE = 8

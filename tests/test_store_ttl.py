@@ -174,7 +174,7 @@ def test_only_batches_of_enough_puts_per_revive_statement_write_plain_updates() 
     assert documents.revived_puts(scattered, now) == []
     fields = documents.item_fields(("a",), "k", {}, None, [], False, None, now)
     plain = documents.put_request(fields, now, revived=True)
-    assert set(plain._doc) == {"$set", "$setOnInsert", "$unset"}
+    assert set(plain._doc) == {"$set", "$min", "$unset"}
     assert isinstance(documents.put_request(fields, now)._doc, list)
 
 
@@ -283,3 +283,22 @@ async def test_bad_ttl_config_is_refused(make_astore: Any) -> None:
         with pytest.raises(ValueError, match="ttl"):
             await store.aput(("t",), "k", {"v": 1}, ttl=bad)
     assert await store.asearch(()) == []
+
+
+async def test_a_put_timed_before_the_stored_one_keeps_created_at_no_later_than_updated_at(
+    make_astore: Any, put_shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers: the one whose clock read later lands first, with a new item. The other
+    put, timed a minute earlier, overwrites it: ``created_at`` is then its own time, never
+    after the ``updated_at`` it writes (a reader would otherwise see an item created after
+    its last update)."""
+    store = make_astore()
+    now = documents.utc_now()
+    batch = [PutOp(("t",), f"k{i}", {"v": i}) for i in range(8)]
+    monkeypatch.setattr(documents, "utc_now", lambda: now + timedelta(minutes=1))
+    await store.abatch(batch)
+    monkeypatch.setattr(documents, "utc_now", lambda: now)
+    await store.abatch([op._replace(value={"v": -1}) for op in batch])
+    for item in await store.asearch(("t",), limit=100):
+        assert item.value == {"v": -1}
+        assert item.created_at == item.updated_at == now
