@@ -20,7 +20,7 @@ from pymongo.errors import BulkWriteError
 
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.reading import ONLY_ITEMS
-from tests.backends import sync_client
+from tests.backends import count_calls, sync_client
 from tests.store_support import DIMS, FakeEmbeddings
 
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
@@ -99,22 +99,15 @@ def test_user_unique_index_refusing_an_insert_is_raised_not_retried_forever(
     store = sync_store()
     _user_unique_index(store)
     store.put(("b",), "p", {"email": "x@example.com"})
-    calls: list[int] = []
     inner = store.collections["store"]
-
-    class Counting:
-        def __getattr__(self, attr: str) -> Any:
-            if attr == "bulk_write":
-                calls.append(1)
-            return getattr(inner, attr)
-
-    store.collections["store"] = Counting()
+    calls = count_calls(store.collections)
+    bulk_writes = ("store", "bulk_write")
     puts = [PutOp(("b",), f"n{i}", {"i": i}) for i in range(documents.INSERTS_FROM)]
     puts[3] = PutOp(("b",), "n3", {"email": "x@example.com"})
     with pytest.raises(BulkWriteError) as raised:
         store.batch(puts)
     store.collections["store"] = inner
-    assert len(calls) == 2
+    assert calls[bulk_writes] == 2
     (error,) = raised.value.details["writeErrors"]
     assert error["code"] == 11000
     assert store.get(("b",), "p").value == {"email": "x@example.com"}

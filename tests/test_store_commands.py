@@ -18,7 +18,7 @@ from pymongo.monitoring import CommandListener
 
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store import documents as store_documents
-from tests.backends import sync_client, uri_for
+from tests.backends import count_calls, sync_client, uri_for
 
 STORE_COMMANDS = {"find", "aggregate", "update", "delete", "insert"}
 
@@ -177,34 +177,28 @@ def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_aga
     on go again as upserts, with the entries, in one more command. Smaller batches stay one
     ``update``. Every item ends as put, and the stored one keeps its ``created_at``."""
     store, listener = counted
-    calls: list[int] = []
     inner = store.collections["store"]
-
-    class Counting:
-        def __getattr__(self, attr: str) -> Any:
-            if attr == "bulk_write":
-                calls.append(1)
-            return getattr(inner, attr)
-
+    calls = count_calls(store.collections)
+    bulk_writes = ("store", "bulk_write")
     size = store_documents.INSERTS_FROM
     ns = ("users", "1")
     store.put(ns, "k5", {"v": "first"})
     stored = store.get(ns, "k5")
-    store.collections["store"] = Counting()
+    calls.clear()
     new = [PutOp(ns, f"k{i}", {"v": i}) for i in range(10, 10 + size)]
     assert _commands(store, listener, lambda: store.batch(new)) == ["insert", "update"]
-    assert len(calls) == 1
+    assert calls[bulk_writes] == 1
     calls.clear()
     again = [PutOp(ns, f"k{i}", {"v": -i}) for i in range(size)]  # k5 is stored
     # The server stops at k5's insert, so its update run is never sent (mock counts the
     # runs each bulk write carries).
     sent = ["insert", "update"] if listener else ["insert", "update", "update"]
     assert _commands(store, listener, lambda: store.batch(again)) == sent
-    assert len(calls) == 2
+    assert calls[bulk_writes] == 2
     calls.clear()
     small = [PutOp(ns, f"s{i}", {"v": i}) for i in range(size - 1)]
     assert _commands(store, listener, lambda: store.batch(small)) == ["update"]
-    assert len(calls) == 1
+    assert calls[bulk_writes] == 1
     store.collections["store"] = inner
     items = {item.key: item for item in store.search(ns, limit=100)}
     expected = {f"k{i}": i for i in range(10, 10 + size)} | {f"k{i}": -i for i in range(size)}
