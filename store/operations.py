@@ -398,8 +398,8 @@ class StoreOperations:
         """The batch's writes, in one ordered ``bulk_write``: deletes and the flags of their
         namespaces' registry entries, the TTL refreshes of what it read, its puts, then the
         registry entries of the namespaces it put into (each after its items, see
-        ``registry``). An ordered bulk write sends each run of one kind
-        of request as one command: a single put is one command.
+        ``registry``). An ordered bulk write sends each run of one kind of request as one
+        command: a single put is one command.
 
         A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
         one already stored (live or expired) stops the command, and the puts from it on
