@@ -70,6 +70,10 @@ _wire_server: Any = None
 _wire_storage: str | None = None
 # Where the wire server keeps its data: set by conftest to a directory in pytest's temp tree.
 wire_storage_root: str | None = None
+# Seconds between the wire server's TTL sweeps: often, so TTL tests see expiry soon. Each
+# sweep decodes every document of every collection with a TTL index (MongoDB's TTL monitor
+# walks the index instead), so the benchmarks set mongod's default, 60, before first use.
+wire_ttl_sweep_seconds = 1.0
 
 
 def wire_uri() -> str:
@@ -80,7 +84,7 @@ def wire_uri() -> str:
 
         _wire_storage = tempfile.mkdtemp(prefix="mongo-ckpt-wire-", dir=wire_storage_root)
         _wire_server = SecantusDBServer(
-            port=0, storage_path=_wire_storage, ttl_sweep_seconds=1.0
+            port=0, storage_path=_wire_storage, ttl_sweep_seconds=wire_ttl_sweep_seconds
         )
         _wire_server.start()
     return _wire_server.uri

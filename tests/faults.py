@@ -106,6 +106,17 @@ class Faults(_Wrapper):
         return _fail(method(requests, *args[1:], **kwargs))
 
 
+class CutFaults(Faults):
+    """``Faults`` whose ``cut`` of a call that is not a bulk write loses its reply instead
+    (a fault drawn at random for an operation whose calls are not known in advance)."""
+
+    def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
+        fault = self.fault
+        if fault is not None and fault.mode == "cut" and attr != "bulk_write":
+            fault.mode = "after"
+        return super().invoke(name, attr, method, args, kwargs)
+
+
 class Interleave(_Wrapper):
     """Runs ``hook()`` before every collection call except the first (sync collections)."""
 

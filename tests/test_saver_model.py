@@ -67,7 +67,7 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.payload import COMPRESS_FROM
 from tests.backends import failing_bulk_write, sync_client
 from tests.clock_skew import skewed_client_clock
-from tests.faults import Fault, Faults
+from tests.faults import CutFaults, Fault
 from tests.prose import prose
 
 THREADS = ("t0", "t1", "t2")
@@ -179,16 +179,6 @@ class Tee(BaseCheckpointSaver[str]):
         args = copy.deepcopy((config, list(writes), task_id, task_path))
         self.machine.send("put_writes", args)
         self.machine.last_writes = args
-
-
-class CutFaults(Faults):
-    """``Faults`` whose ``cut`` of a call that is not a bulk write loses its reply instead."""
-
-    def invoke(self, name: str, attr: str, method: Any, args: tuple, kwargs: dict) -> Any:
-        fault = self.fault
-        if fault is not None and fault.mode == "cut" and attr != "bulk_write":
-            fault.mode = "after"
-        return super().invoke(name, attr, method, args, kwargs)
 
 
 class SaverModel(RuleBasedStateMachine):

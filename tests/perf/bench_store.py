@@ -20,15 +20,23 @@ With ``--put-shapes`` it measures what one 1,000-put ``bulk_write`` costs the wi
 server (process CPU time) by write shape (inserts, plain upserts, update pipelines) and by
 the indexes on the collection: where the ingestion time goes.
 
+With ``--ingest-indexes 10000,50000`` it fills each store to that size as ``--scale`` does
+and reports the median CPU time of its 1,000-put batches, for mongo-ckpt also with some of
+its secondary indexes dropped: what each costs the ingestion.
+
 With ``--vector-memory 1000,10000,50000`` it times one exact vector search over one
 namespace of each size and measures the client's peak memory (``tracemalloc``) against a
 SecantusDB server in its own process.
+
+The in-process wire server sweeps TTL indexes every 60 seconds here, as mongod does (the
+tests sweep every second).
 
 Run from the repository root (not collected by pytest)::
 
     python tests/perf/bench_store.py [--backend mock|wire|both] [--repeat 20] [--write]
     python tests/perf/bench_store.py --scale 1000,10000 [--backend wire] [--write]
     python tests/perf/bench_store.py --put-shapes [--repeat 5] [--write]
+    python tests/perf/bench_store.py --ingest-indexes 10000,50000 [--write]
 
 ``--write`` puts the table into docs/store.md between its benchmark markers.
 """
@@ -57,6 +65,7 @@ from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
 from pymongo import IndexModel, MongoClient, UpdateOne, monitoring  # noqa: E402
 
 from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
+from tests import backends as test_backends  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
@@ -65,6 +74,8 @@ BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
 SHAPES_BEGIN, SHAPES_END = "<!-- bench_store_shapes:begin -->", "<!-- bench_store_shapes:end -->"
 VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
+INDEXES_BEGIN = "<!-- bench_store_indexes:begin -->"
+INDEXES_END = "<!-- bench_store_indexes:end -->"
 PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
@@ -523,6 +534,52 @@ def put_shapes(repeat: int) -> str:
     return "\n".join(lines)
 
 
+# mongo-ckpt's store with some of its secondary indexes dropped after setup: what each
+# costs a batch of the scaled benchmark's puts (the listings and searches they serve are
+# not run).
+INDEX_SUBSETS: list[tuple[str, set[str]]] = [
+    ("mongo-ckpt", set()),
+    ("mongo-ckpt, without the registry's indexes", {"registry_levels", "registry_until"}),
+    (
+        "mongo-ckpt, without the registry's indexes and prefix_recency",
+        {"registry_levels", "registry_until", "prefix_recency"},
+    ),
+]
+
+
+def ingest_by_indexes(sizes: list[int]) -> str:
+    """Median process CPU time of the scaled benchmark's 1,000-put batches while filling a
+    store to each size, for langgraph-store-mongodb and for mongo-ckpt on fewer indexes."""
+    lines = [
+        "| items | store | secondary indexes | median CPU ms per 1,000 puts |",
+        "|---:|---|---|---:|",
+    ]
+    db = "bench_ingest_indexes"
+    with open_backend("wire") as backend:
+        for items in sizes:
+            for label, dropped in [(OFFICIAL, set()), *INDEX_SUBSETS]:
+                backend.client.drop_database(db)
+                store, _ = scaled_store(OFFICIAL if label == OFFICIAL else label, backend, db)
+                collection = backend.client[db]["store"]
+                for name in dropped:
+                    collection.drop_index(name)
+                names = [i["name"] for i in collection.list_indexes() if i["name"] != "_id_"]
+                users = max(1, items // PER_USER)
+                puts = [
+                    PutOp(user_ns(i % users), f"m{i // users}", value(i)) for i in range(items)
+                ]
+                samples = []
+                for start in range(0, items, INGEST_BATCH):
+                    started = time.process_time()
+                    store.batch(puts[start : start + INGEST_BATCH])
+                    samples.append((time.process_time() - started) * 1000)
+                median = statistics.median(samples)
+                lines.append(f"| {items:,} | {label} | {', '.join(names)} | {median:.0f} |")
+                print(lines[-1], flush=True)
+        backend.client.drop_database(db)
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["mock", "wire", "both"], default="both")
@@ -538,7 +595,15 @@ def main() -> None:
         "--vector-memory",
         help="comma-separated namespace sizes: exact vector search time and client memory",
     )
+    parser.add_argument(
+        "--ingest-indexes",
+        help="comma-separated item counts: ingestion CPU time on fewer of the store's indexes",
+    )
     args = parser.parse_args()
+    # The server's TTL monitor at mongod's default interval, not the tests' one second: each
+    # of SecantusDB's sweeps decodes every document of a collection with a TTL index, which
+    # would be counted against the store that has one (MongoDB walks the TTL index instead).
+    test_backends.wire_ttl_sweep_seconds = 60.0
     if args.put_shapes:
         try:
             text = put_shapes(args.repeat)
@@ -547,6 +612,15 @@ def main() -> None:
         print(text)
         if args.write:
             write(text, SHAPES_BEGIN, SHAPES_END)
+        return
+    if args.ingest_indexes:
+        try:
+            text = ingest_by_indexes([int(n) for n in args.ingest_indexes.split(",")])
+        finally:
+            stop_wire()
+        print(text)
+        if args.write:
+            write(text, INDEXES_BEGIN, INDEXES_END)
         return
     if args.vector_memory:
         text = vector_memory([int(n) for n in args.vector_memory.split(",")], [10, 100])
