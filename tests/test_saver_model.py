@@ -35,7 +35,6 @@ from typing import Annotated, Any
 
 import pytest
 from bson import ObjectId
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -43,7 +42,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -68,6 +66,7 @@ from mongo_ckpt.payload import COMPRESS_FROM
 from tests.backends import failing_bulk_write, sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import CutFaults, Fault
+from tests.model_runs import run_model
 from tests.prose import prose
 
 THREADS = ("t0", "t1", "t2")
@@ -501,16 +500,7 @@ def _comparable(item: CheckpointTuple) -> Any:
 
 def _run(backend: str, examples: int, steps: int) -> None:
     CHECKED.update(states=0, checkpoints=0)
-    machine = type(f"SaverModel_{backend}", (SaverModel,), {"backend": backend})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    run_model(SaverModel, backend, examples, steps)
     print(f"\nmodel on {backend}: {CHECKED['states']} states checked, "
           f"{CHECKED['checkpoints']} checkpoints compared with InMemorySaver")
 

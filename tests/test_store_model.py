@@ -29,7 +29,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -37,7 +36,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from langgraph.store.base import GetOp, Op, PutOp
 from langgraph.store.memory import InMemoryStore
@@ -47,6 +45,7 @@ from mongo_ckpt.store import MongoDBStore
 from tests.backends import sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import CutFaults, Fault, Interleave
+from tests.model_runs import run_model
 
 NAMESPACES = [
     ("users", "ada", "memories"),
@@ -318,16 +317,7 @@ class StoreModel(RuleBasedStateMachine):
 
 def _run(backend: str, examples: int, steps: int) -> None:
     CHECKED.update(dict.fromkeys(CHECKED, 0))
-    machine = type(f"StoreModel_{backend}", (StoreModel,), {"backend": backend})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    run_model(StoreModel, backend, examples, steps)
     print(f"\nstore model on {backend}: {CHECKED['states']} states checked, "
           f"{CHECKED['items']} items compared with InMemoryStore; batches of 8 puts or "
           f"more: {CHECKED['many puts']}, calls cut: {CHECKED['cut']}, the other "
