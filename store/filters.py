@@ -3,8 +3,10 @@
 ``{"color": "red"}`` and ``{"size": {"$gte": 3}}`` become conditions on
 ``value.color`` and ``value.size``. Keys may name nested fields either with dots
 (``"author.name"``) or by nesting (``{"author": {"name": ...}}``, which matches
-the given sub-keys only, as in ``InMemoryStore``). No user key that MongoDB
-would read as syntax reaches the query.
+the given sub-keys only, as in ``InMemoryStore``). Path parts, nested keys and the keys
+inside literals are escaped as stored values' keys are (``documents.escaped_key``), so a
+filter names the keys as they were put. No user key that MongoDB would read as syntax
+reaches the query.
 
 Where values are stored encrypted the server cannot read them: ``matches``
 evaluates the same translated clauses in Python on the decrypted value, with
@@ -22,6 +24,7 @@ from operator import ge, gt, le, lt
 from typing import Any
 
 from mongo_ckpt.identifiers import check_field_name, check_filter_value
+from mongo_ckpt.store.documents import escaped_key, stored_value
 
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 OPERATORS = (*COMPARISONS, "$in", "$nin", "$exists")
@@ -34,23 +37,37 @@ def value_clauses(filter: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     if not isinstance(filter, Mapping):
         raise TypeError(f"search filter must be a dict, got {type(filter).__name__}")
     clauses: list[dict[str, Any]] = []
-    _translate(filter, "value", clauses)
+    for key, expected in filter.items():
+        _translate(key, expected, f"value.{_path(key)}", clauses)
     return clauses
 
 
-def _translate(filter: Mapping[str, Any], parent: str, clauses: list[dict[str, Any]]) -> None:
-    for key, expected in filter.items():
-        check_field_name(key, "search filter")
-        path = f"{parent}.{key}"
-        if isinstance(expected, Mapping) and any(_is_operator(k) for k in expected):
-            clauses.append({path: _operators(key, expected)})
-        elif isinstance(expected, Mapping) and expected:
-            _translate(expected, path, clauses)
-        elif isinstance(expected, Mapping):  # ``{}`` matches any sub-document
-            clauses.append({path: {"$type": "object"}})
-        else:
-            check_filter_value(expected, "search filter value")
-            clauses.append({path: expected})
+def _path(key: Any) -> str:
+    """A top-level filter key, a dotted path, as the stored field path."""
+    check_field_name(key, "search filter")
+    parts = key.split(".")
+    for part in parts:
+        if not part:
+            raise ValueError(
+                f"search filter key {key!r} names an empty field: a dotted path needs a "
+                "name before, between and after its dots"
+            )
+        check_field_name(part, "search filter")
+    return ".".join(escaped_key(part) for part in parts)
+
+
+def _translate(key: str, expected: Any, path: str, clauses: list[dict[str, Any]]) -> None:
+    if isinstance(expected, Mapping) and any(_is_operator(k) for k in expected):
+        clauses.append({path: _operators(key, expected)})
+    elif isinstance(expected, Mapping) and expected:
+        for sub_key, sub_expected in expected.items():
+            check_field_name(sub_key, "search filter")
+            _translate(sub_key, sub_expected, f"{path}.{escaped_key(sub_key)}", clauses)
+    elif isinstance(expected, Mapping):  # ``{}`` matches any sub-document
+        clauses.append({path: {"$type": "object"}})
+    else:
+        check_filter_value(expected, "search filter value")
+        clauses.append({path: stored_value(expected)})
 
 
 def _is_operator(key: Any) -> bool:
@@ -80,7 +97,7 @@ def _operators(key: str, conditions: Mapping[str, Any]) -> dict[str, Any]:
         elif operator == "$exists" and not isinstance(operand, bool):
             raise ValueError(f"search filter $exists on {key!r} needs True or False")
         check_filter_value(operand, "search filter value")
-        translated[operator] = operand
+        translated[operator] = stored_value(operand)
     return translated
 
 
@@ -108,8 +125,9 @@ _BRACKETS: list[tuple[int, Any]] = [
 
 
 def matches(value: Mapping[str, Any], clauses: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether ``value`` passes ``clauses`` (from ``value_clauses``), as the server would decide."""
-    document = {"value": value}
+    """Whether ``value`` passes ``clauses`` (from ``value_clauses``), as the server would decide
+    on the value as stored."""
+    document = {"value": stored_value(value)}
     return all(
         _holds(_reach(document, path), condition)
         for clause in clauses

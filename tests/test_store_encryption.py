@@ -24,6 +24,7 @@ from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.calls import Call, Operation, find
 from mongo_ckpt.drivers import arun, run
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
+from mongo_ckpt.store.documents import stored_value
 from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
 from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.reading import ONLY_ITEMS, all_of
@@ -274,13 +275,13 @@ VALUES: list[dict[str, Any]] = [
     {"a": [1, "x"]}, {"a": [7, 8]}, {"a": [[7]]}, {"a": {"b": 1}}, {"a": {"b": None}},
     {"a": {"b": [1, 5]}}, {"a": {"b": 1, "c": 2}}, {"a": {"c": 2, "b": 1}}, {"a": {"0": 7}},
     {"a": [{"b": 1}, {"c": 2}]}, {"a": [{"b": 1}, 3]}, {"a": [{"b": [2, 3]}]}, {"a": [{"0": 7}]},
-    {"a": datetime(2024, 1, 2)}, {"a": b"\x01\x02"},
+    {"a": datetime(2024, 1, 2)}, {"a": b"\x01\x02"}, {"a": {"b.c": 1}}, {"a": [{"b.c": 1}]},
 ]
 # Bytes operands have the values' length: MongoDB orders binary data by length first, which
 # SecantusDB's range operators do not (they compare the bytes only).
 OPERANDS: list[Any] = [
     None, 1, 1.0, 2, 5, 7, "1", "b", True, False, [1, 2], [], [7], [[1, 2]], {"b": 1},
-    {"b": 1, "c": 2}, {"c": 2, "b": 1}, datetime(2024, 1, 1), b"\x00\x03",
+    {"b": 1, "c": 2}, {"c": 2, "b": 1}, {"b.c": 1}, datetime(2024, 1, 1), b"\x00\x03",
 ]
 IN_LISTS: list[list[Any]] = [[1, None], [None], ["b", 5], [[1, 2], 7], []]
 
@@ -306,7 +307,7 @@ def test_python_filter_decides_as_the_server(backend: str, db_name: str) -> None
     client = sync_client(backend)
     try:
         collection = client[db_name]["grid"]
-        collection.insert_many([{"i": i, "value": v} for i, v in enumerate(VALUES)])
+        collection.insert_many([{"i": i, "value": stored_value(v)} for i, v in enumerate(VALUES)])
         for filter in _grid():
             clauses = value_clauses(filter)
             server = {doc["i"] for doc in collection.find(all_of(clauses), {"i": 1})}

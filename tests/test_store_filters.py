@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.memory import InMemoryStore
 
 from mongo_ckpt.store.filters import value_clauses
@@ -126,3 +127,60 @@ def test_sync_store_filters(make_store: Any) -> None:
     assert {i.key for i in store.search(("items",), filter={"size": {"$gt": 3}})} == {"b", "c"}
     with pytest.raises(ValueError, match=r"\$where"):
         store.search(("items",), filter={"$where": "1"})
+
+
+# Value keys the store escapes when it stores them (documents.escaped_key), and filters
+# naming them: as keys, as nested keys, and inside literals.
+ESCAPED_KEYS = {
+    "files": {"versions": {"v1.2": "stable"}, "tags": [{"a.b": 1}], "meta": {"$id": 7}},
+    "schema": {"$schema": "v1", "doc": {"": "empty", "＄ref": "r"}},
+    "fullwidth": {"＄price": 5, "versions": {"v1.2": "beta"}},
+}
+ESCAPED_KEY_FILTERS: list[dict[str, Any]] = [
+    {"versions": {"$eq": {"v1.2": "stable"}}},
+    {"versions": {"$ne": {"v1.2": "stable"}}},
+    {"versions": {"v1.2": "beta"}},
+    {"tags": [{"a.b": 1}]},
+    {"＄price": 5},
+    {"＄price": {"$ne": 4}},
+    {"＄$schema": "v1"},
+    {"doc": {"＄ref": "r"}},
+    {"doc": {"＄ref": "r", "missing": None}},
+]
+
+
+def _escaped_keys_found(store: Any, filter: dict[str, Any]) -> set[str]:
+    return {item.key for item in store.search(("items",), filter=filter)}
+
+
+@pytest.mark.parametrize("filter", ESCAPED_KEY_FILTERS, ids=str)
+def test_filters_name_keys_as_put_like_in_memory_store(
+    make_store: Any, filter: dict[str, Any]
+) -> None:
+    """Stored keys are escaped; a filter (its keys and its literals) is escaped the same way,
+    so it finds what InMemoryStore and the encrypted store (filtering in Python) find."""
+    encrypted = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
+    encrypted_store = make_store(collection_name="encrypted", serde=encrypted)
+    stores = [InMemoryStore(), make_store(), encrypted_store]
+    for store in stores:
+        for key, value in ESCAPED_KEYS.items():
+            store.put(("items",), key, value)
+    expected = _escaped_keys_found(stores[0], filter)
+    assert expected or filter == {"＄$schema": "v1"}  # the cases are not vacuous
+    for store in stores[1:]:
+        assert _escaped_keys_found(store, filter) == expected, filter
+
+
+def test_filter_literals_and_paths_are_escaped_in_the_query() -> None:
+    assert value_clauses(
+        {"＄a.b": {"c.d": [{"e.f": 1}]}, "g": {"$in": [{"k.l": 2}]}, "h.0": {"$eq": {"i.j": 3}}}
+    ) == [
+        {"value.＄＄a.b.＄c%2Ed": [{"＄e%2Ef": 1}]},
+        {"value.g": {"$in": [{"＄k%2El": 2}]}},
+        {"value.h.0": {"$eq": {"＄i%2Ej": 3}}},
+    ]
+    for bad in ({"a..b": 1}, {".a": 1}, {"a.": 1}):
+        with pytest.raises(ValueError, match="empty field"):
+            value_clauses(bad)
+    with pytest.raises(ValueError, match=r"operator keys are not allowed.*'\$b'"):
+        value_clauses({"a.$b": 1})
