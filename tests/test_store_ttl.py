@@ -13,6 +13,7 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 from mongo_ckpt.store import documents, registry
 from mongo_ckpt.store.documents import EPOCH, FOREVER, index_models, revive_requests
 from tests.backends import maybe_await
+from tests.clock_skew import skewed_client_clock
 from tests.store_support import DIMS, FakeEmbeddings
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)
@@ -211,6 +212,25 @@ async def test_refresh_on_read_for_get_and_search(make_astore: Any) -> None:
     assert _minutes_left(await _doc(store, "untouched")) < 1.01
     assert _minutes_left(await _doc(store, "no-refresh")) < 1.01
     assert (await _doc(store, "got"))["updated_at"] == before  # reading is not an update
+
+
+async def test_a_reader_whose_clock_is_behind_never_shortens_an_expiry(make_astore: Any) -> None:
+    """A refresh is ``now`` + the TTL on the reader's clock; behind by 5 minutes, it would
+    move the expiry earlier while the namespace's registry entry (only ever raised by a
+    refresh) kept the later one, listing the namespace after its items expired."""
+    store = make_astore()
+    await store.aput(("t",), "k", {"v": 1}, ttl=10)
+    put = (await _doc(store, "k"))["expires_at"]
+    with skewed_client_clock(timedelta(minutes=-5)):
+        assert (await store.aget(("t",), "k")).value == {"v": 1}
+    assert (await _doc(store, "k"))["expires_at"] == put
+    entry = await maybe_await(
+        store.collections["store"].find_one({"_id": registry.entry_id("t")})
+    )
+    assert entry[registry.UNTIL] == put
+    with skewed_client_clock(timedelta(minutes=5)):
+        await store.asearch(("t",))
+    assert 14.9 < _minutes_left(await _doc(store, "k")) <= 15
 
 
 async def test_refresh_on_read_false_by_config(make_astore: Any) -> None:
