@@ -183,8 +183,10 @@ class StoreOperations:
     def sweep_ttl(self) -> Operation[int]:
         """Delete expired items now, and the registry entries whose items all expired."""
         now = documents.utc_now()
-        result = yield from delete_many(STORE, documents.expired(now))
+        # Entries first: an item put between the two deletes is then either swept or
+        # listed by its (new) entry, never left without one.
         yield from delete_many(STORE, {registry.UNTIL: {"$lte": now}})
+        result = yield from delete_many(STORE, documents.expired(now))
         return result.deleted_count
 
     # -- batch ----------------------------------------------------------------
@@ -362,10 +364,11 @@ class StoreOperations:
         # No group for no items (mongomock returns one whose ``until`` is None).
         latest = found[0]["until"] if found else None
         until = None if latest is None else reading.utc(latest)
-        alive = until is not None and until > now
-        settled = registry.settled_request(entry, until if alive else None)
+        # Expired on this clock but still stored, an item may be live on a clock behind
+        # it: the entry goes only with the last item, and otherwise records its expiry.
+        settled = registry.settled_request(entry, until)
         yield from bulk_write(STORE, [settled], ordered=True)
-        return alive
+        return until is not None and until > now
 
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime

@@ -12,10 +12,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, tzinfo
+from typing import Any
 
 
 def _shifted(offset: timedelta) -> type[datetime]:
     class Shifted(datetime):
+        skewed = True
+
         @classmethod
         def now(cls, tz: tzinfo | None = None) -> Shifted:  # type: ignore[override]
             moment = datetime.now(tz) + offset
@@ -30,17 +33,19 @@ def _shifted(offset: timedelta) -> type[datetime]:
 
 @contextmanager
 def skewed_client_clock(offset: timedelta) -> Iterator[None]:
-    """Within the block, ``mongo_ckpt`` modules read a clock ``offset`` from the true time."""
+    """Within the block, ``mongo_ckpt`` modules read a clock ``offset`` from the true time
+    (in a block nested in another, that block's offset alone)."""
     shifted = _shifted(offset)
-    patched = []
+    patched: list[tuple[Any, Any]] = []  # (module, its clock before: nested blocks nest)
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "mongo_ckpt" or name.startswith("mongo_ckpt.")):
             continue
-        if getattr(module, "datetime", None) is datetime:
-            patched.append(module)
+        clock = getattr(module, "datetime", None)
+        if clock is datetime or getattr(clock, "skewed", False):
+            patched.append((module, clock))
             module.datetime = shifted  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        for module in patched:
-            module.datetime = datetime  # type: ignore[attr-defined]
+        for module, clock in patched:
+            module.datetime = clock  # type: ignore[attr-defined]

@@ -112,7 +112,12 @@ class CutFaults(Faults):
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
         fault = self.fault
-        if fault is not None and fault.mode == "cut" and attr != "bulk_write":
+        if (
+            fault is not None
+            and fault.mode == "cut"
+            and fault.call == len(self.calls)
+            and attr != "bulk_write"
+        ):
             fault.mode = "after"
         return super().invoke(name, attr, method, args, kwargs)
 

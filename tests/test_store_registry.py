@@ -27,6 +27,8 @@ from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from mongo_ckpt.store.vectors import Embedded
 from tests.backends import maybe_await, sync_client, uri_for
+from tests.clock_skew import skewed_client_clock
+from tests.faults import Interleave
 from tests.store_support import StoreApi
 
 NS = ("users", "u1", "memories")
@@ -94,17 +96,63 @@ def _expire_now(store: Any, key: str) -> None:
 def test_a_shorter_ttl_on_the_last_item_is_noticed(make_store: Any) -> None:
     store = make_store()
     store.setup()
-    store.collections["store"].drop_index("expires_at")  # expired items stay stored
+    for index in ("expires_at", "registry_until"):  # expired documents stay stored
+        store.collections["store"].drop_index(index)
     store.put(NS, "k", {"v": 1})  # never expires
     store.put(NS, "k", {"v": 2}, ttl=5)  # now it does: the entry is flagged
     _expire_now(store, "k")
     assert _listed(store) == []
-    assert (
-        store.collections["store"].count_documents(
-            {"_id": registry.entry_id("users\x00u1\x00memories")}
-        )
-        == 0
+    # Still stored, the item may be live on a clock behind: the entry stays, exact.
+    entry = store.collections["store"].find_one(
+        {"_id": registry.entry_id("users\x00u1\x00memories")}
     )
+    item = store.collections["store"].find_one({"key": "k"})
+    assert entry[registry.UNTIL] == item["expires_at"] and "recheck" not in entry
+    store.sweep_ttl()
+    assert store.collections["store"].count_documents({}) == 0
+
+
+def _clock(seconds: float) -> Any:
+    return skewed_client_clock(timedelta(seconds=seconds))
+
+
+def test_a_listing_on_a_clock_ahead_keeps_namespaces_live_on_other_clocks(
+    make_store: Any,
+) -> None:
+    """A clock 10 minutes ahead sees an item expiring in 2 minutes as expired; settling
+    the flagged entry, it must not remove it: on the true clock the item is live."""
+    store = make_store()
+    with _clock(600):
+        store.put(NS, "k", {"v": 1}, ttl=2)  # expires in 12 minutes
+    store.put(NS, "k", {"v": 2}, ttl=2)  # in 2: the entry is flagged
+    with _clock(600):
+        assert _listed(store) == []
+    assert store.get(NS, "k", refresh_ttl=False) is not None
+    assert _listed(store) == [NS]
+
+
+def test_an_item_put_during_a_sweep_is_swept_or_listed(make_store: Any) -> None:
+    """A sweep on a clock ahead deletes what expired on it: an item put between its two
+    deletes (expiring before the sweeper's now) is either deleted or keeps its entry."""
+    sweeper, writer = make_store(), make_store()
+    sweeper.setup()
+    landed: list[bool] = []
+
+    def put() -> None:
+        if not landed:
+            landed.append(True)
+            with _clock(0):
+                writer.put(NS, "k", {"v": 1}, ttl=2)
+
+    interleave = Interleave(sweeper.collections, put)
+    try:
+        with _clock(600):
+            sweeper.sweep_ttl()
+    finally:
+        interleave.restore()
+    assert landed
+    found = writer.get(NS, "k", refresh_ttl=False) is not None
+    assert _listed(writer) == ([NS] if found else [])
 
 
 def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) -> None:
