@@ -18,8 +18,9 @@ being live by expiring). Writes that may leave it too high flag it instead of re
 a delete, a put whose expiry is earlier than the entry's (it may have shortened the
 latest one), and the put that creates the entry (its item may be deleted before the entry
 is written). A listing probes the items of flagged entries it meets, then writes the
-exact expiry (or removes the entry) only if ``version`` is unchanged, so a put or delete
-landing meanwhile is never lost: every write bumps ``version`` after its item is written.
+exact expiry (or removes the entry, when no item is left) only if ``version`` is
+unchanged, so a put or delete landing meanwhile is never lost: every write bumps
+``version`` after its item is written.
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ def probe_pipeline(joined_namespace: str) -> list[dict[str, Any]]:
 
 
 def settled_request(entry: Mapping[str, Any], until: datetime | None) -> UpdateOne | DeleteOne:
-    """The exact entry after a probe: its expiry, or gone (``until`` is ``None``); applied
-    only if no write touched the entry since it was read."""
+    """The exact entry after a probe: its expiry, or gone (``until`` is ``None``: no item
+    left); applied only if no write touched the entry since it was read."""
     selector = {"_id": entry["_id"], "version": entry.get("version")}
     if until is None:
         return DeleteOne(selector)
