@@ -513,10 +513,11 @@ class StoreModel(RuleBasedStateMachine):
             if seen is not None and held.generation is not None:
                 if seen.generation == held.generation:
                     CHECKED["created_at kept"] += 1
+                    what = f"{key} created_at {item.created_at}, was {seen}, held {held}"
                     if seen.created == held.created:
-                        assert item.created_at == seen.created_at, self._why(f"{key} created")
+                        assert item.created_at == seen.created_at, self._why(what)
                     else:
-                        assert item.created_at < seen.created_at, self._why(f"{key} created")
+                        assert item.created_at < seen.created_at, self._why(what)
                 if seen.put == held.put:
                     assert item.updated_at == seen.updated_at, self._why(f"{key} updated")
             self.seen[key] = Seen(held.generation, held.created, held.put, item.created_at,
