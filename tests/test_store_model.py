@@ -21,8 +21,8 @@ monitor at any moment; the model accepts them either present or gone.
 
 Checked, read-only, after every rule, through both instances: every item reads back (one
 search over every namespace, one batch of gets) as the model holds it for that clock;
-searches are in ``updated_at`` order and pages are slices of it; ``created_at`` is kept by
-overwrites of a live item and ``updated_at`` by reads; every namespace holding an item
+searches are in ``updated_at`` order and pages are slices of it; overwrites of a live item
+never move ``created_at`` later and reads keep ``updated_at``; every namespace holding an item
 has a registry entry at least as late as its items, exact unless flagged. Listings, in
 their rule, list exactly the namespaces with an item visible to the lister.
 After a cut and before the retry, every key holds its value from before or after the batch.
@@ -113,7 +113,6 @@ class Held:
     value: dict[str, Any]
     expiry: float | None  # None: never
     ttl: float | None
-    created: float  # the offset of the clock that set created_at
     generation: int | None  # None: unknown (the server may have deleted it meanwhile)
     put: int  # the number of the put that wrote it
 
@@ -133,10 +132,9 @@ class Held:
 
 @dataclass
 class Seen:
-    """An item as last read: its generation, ``created`` and put, and its timestamps."""
+    """An item as last read: its generation and put, and its timestamps."""
 
     generation: int | None
-    created: float
     put: int
     created_at: datetime
     updated_at: datetime
@@ -197,10 +195,9 @@ class Model:
             if op.value is None:
                 continue
             ttl = None if op.ttl is None else op.ttl * 60
-            held = Held(op.value, None if ttl is None else clock + ttl, ttl, clock,
+            held = Held(op.value, None if ttl is None else clock + ttl, ttl,
                         next(self.counter), next(self.counter))
             if old is not None and old.live_for(clock):  # an overwrite keeps created_at
-                held.created = min(old.created, clock)
                 held.generation = None if old.maybe_gone else old.generation
             self.held[key] = held
 
@@ -505,23 +502,20 @@ class StoreModel(RuleBasedStateMachine):
             ], self._why("search page")
 
     def _check_timestamps(self, found: list[Item]) -> None:
-        """``created_at`` kept by overwrites of a live item (moved earlier only by a clock
-        that is behind), ``updated_at`` by anything but a put."""
+        """``created_at`` never moved later by overwrites of a live item (a clock behind may
+        move it earlier), ``updated_at`` kept by anything but a put."""
         for item in found:
             key = (item.namespace, item.key)
             held, seen = self.model.held[key], self.seen.get(key)
             if seen is not None and held.generation is not None:
                 if seen.generation == held.generation:
                     CHECKED["created_at kept"] += 1
+                    # Never later: a put on a clock behind may move it earlier.
                     what = f"{key} created_at {item.created_at}, was {seen}, held {held}"
-                    if seen.created == held.created:
-                        assert item.created_at == seen.created_at, self._why(what)
-                    else:
-                        assert item.created_at < seen.created_at, self._why(what)
+                    assert item.created_at <= seen.created_at, self._why(what)
                 if seen.put == held.put:
                     assert item.updated_at == seen.updated_at, self._why(f"{key} updated")
-            self.seen[key] = Seen(held.generation, held.created, held.put, item.created_at,
-                                  item.updated_at)
+            self.seen[key] = Seen(held.generation, held.put, item.created_at, item.updated_at)
 
     def _check_registry(self) -> None:
         """Read-only: every namespace with an item the server still keeps has an entry at
