@@ -68,12 +68,16 @@ def unescaped_key(key: str) -> str:
     return _ESCAPED.sub(lambda m: _ORIGINAL[m.group()], key[len(ESCAPE) :])
 
 
-def stored_value(value: Any) -> Any:
-    """``value`` with every key, at any depth (in lists too), escaped by ``escaped_key``."""
+def stored_value(value: Any, strict: bool = True) -> Any:
+    """``value`` with every key, at any depth (in lists too), escaped by ``escaped_key``;
+    not ``strict``, keys that are not strings (which a serde stores) are left as they are."""
     if isinstance(value, Mapping):
-        return {escaped_key(k): stored_value(v) for k, v in value.items()}
+        return {
+            escaped_key(k) if strict or isinstance(k, str) else k: stored_value(v, strict)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [stored_value(v) for v in value]
+        return [stored_value(v, strict) for v in value]
     return value
 
 

@@ -184,3 +184,19 @@ def test_filter_literals_and_paths_are_escaped_in_the_query() -> None:
             value_clauses(bad)
     with pytest.raises(ValueError, match=r"operator keys are not allowed.*'\$b'"):
         value_clauses({"a.$b": 1})
+
+
+def test_a_filter_over_a_serialized_value_with_keys_bson_cannot_hold(make_store: Any) -> None:
+    """With a serde, values are serialized whole and may hold keys that are not strings;
+    a filter on other fields still evaluates, as in InMemoryStore."""
+    encrypted = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
+    stores = [InMemoryStore(), make_store(serde=encrypted)]
+    for store in stores:
+        store.put(("n",), "int-keys", {"color": "red", "counts": {1: "a"}})
+        store.put(("n",), "plain", {"color": "red"})
+        store.put(("n",), "blue", {"color": "blue"})
+    for store in stores:
+        assert {i.key for i in store.search(("n",), filter={"color": "red"})} == {
+            "int-keys",
+            "plain",
+        }
