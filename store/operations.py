@@ -17,7 +17,7 @@ the page is cut; the calls per batch stay the same.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -344,8 +344,9 @@ class StoreOperations:
                 if entry is not None and entry not in live
             }
             if unknown:
-                for doc in (yield from find(STORE, {"_id": {"$in": sorted(unknown)}})):
-                    live[doc["_id"]] = yield from self._settle(doc, now)
+                entries = yield from find(STORE, {"_id": {"$in": sorted(unknown)}})
+                if entries:
+                    live.update((yield from self._settle(entries, now)))
                 live.update((entry, False) for entry in unknown if entry not in live)
                 continue
             listed: list[str] = [
@@ -357,18 +358,26 @@ class StoreOperations:
                 return [split(ns) for ns in listed[op.offset : wanted]]
             wanted += wanted - len(listed)  # some groups turned out empty: read further
 
-    def _settle(self, entry: Mapping[str, Any], now: datetime) -> Operation[bool]:
-        """Probe the items of a flagged registry entry and write it back exact (or remove
-        it), unless a write touched it meanwhile; whether its namespace has a live item."""
-        found = yield from aggregate(STORE, registry.probe_pipeline(entry[registry.LISTED]))
+    def _settle(
+        self, entries: Sequence[Mapping[str, Any]], now: datetime
+    ) -> Operation[dict[str, bool]]:
+        """Probe the items of flagged registry entries (one ``aggregate``) and write each
+        back exact, or remove it (one ``bulk_write``), unless a write touched it
+        meanwhile; whether each one's namespace has a live item, by entry ``_id``."""
+        probe = registry.probe_pipeline([entry[registry.LISTED] for entry in entries])
+        found = yield from aggregate(STORE, probe)
         # No group for no items (mongomock returns one whose ``until`` is None).
-        latest = found[0]["until"] if found else None
-        until = None if latest is None else reading.utc(latest)
-        # Expired on this clock but still stored, an item may be live on a clock behind
-        # it: the entry goes only with the last item, and otherwise records its expiry.
-        settled = registry.settled_request(entry, until)
-        yield from bulk_write(STORE, [settled], ordered=True)
-        return until is not None and until > now
+        latest = {doc["_id"]: reading.utc(doc["until"]) for doc in found if doc["until"]}
+        live: dict[str, bool] = {}
+        settled: list[WriteRequest] = []
+        for entry in entries:
+            until = latest.get(entry[registry.LISTED])
+            # Expired on this clock but still stored, an item may be live on a clock behind
+            # it: the entry goes only with the last item, and otherwise records its expiry.
+            settled.append(registry.settled_request(entry, until))
+            live[entry["_id"]] = until is not None and until > now
+        yield from bulk_write(STORE, settled, ordered=False)
+        return live
 
     def _recent_matching(
         self, op: SearchOp, clauses: list[dict[str, Any]], now: datetime
@@ -419,7 +428,11 @@ class StoreOperations:
             # Flagged with the deletes, before any put that may fail and stop the write.
             *(registry.delete_request(ns) for ns in emptied),
             *documents.refresh_requests(read, now),
-            *(registry.raise_request(ns, until) for ns, until in _refreshed(read, now).items()),
+            *(
+                request
+                for ns, until in _refreshed(read, now).items()
+                for request in registry.raise_requests(ns, until)
+            ),
         ]
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         for op in puts:

@@ -7,7 +7,7 @@ its item and its namespace's entry in one ``bulk_write`` (one command)::
     {_id: "namespace:<joined>", ns: NUL + <joined>, listed: <joined>, namespace: [labels],
      levels: [prefixes],
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
-     version: <bumped by every write>, recheck?: true}
+     version: <random, new on every write>, recheck?: true}
 
 They have no ``key`` or ``prefixes``, and an ``ns`` no item has (a joined namespace never
 starts with NUL), unique under the items' ``(ns, key)`` index: no item query matches them.
@@ -15,16 +15,20 @@ starts with NUL), unique under the items' ``(ns, key)`` index: no item query mat
 An entry without ``recheck`` is exact: its namespace has a live item until
 ``listed_until`` (puts and TTL refreshes only raise it, with ``$max``; items only stop
 being live by expiring). Writes that may leave it too high flag it instead of reading:
-a delete, a put whose expiry is earlier than the entry's (it may have shortened the
-latest one), and the put that creates the entry (its item may be deleted before the entry
-is written). A listing probes the items of flagged entries it meets, then writes the
-exact expiry (or removes the entry, when no item is left) only if ``version`` is
-unchanged, so a put or delete landing meanwhile is never lost: every write bumps
-``version`` after its item is written.
+a delete; a put whose expiry is earlier than the entry's (it may have shortened the latest
+one); the put that creates the entry; and a put or refresh that raises it, in the
+statement that raises it, since its item may have been deleted after it was written and
+the delete's flag settled away by a listing before the raise lands. A listing probes the
+items of flagged entries it meets, then writes the exact expiry (or removes the entry,
+when no item is left) only if ``version`` is unchanged, so a put or delete landing
+meanwhile is never lost: every write sets a new ``version`` after its item is written,
+and so does a settle. Versions are random, not counted: an entry removed and created
+again never takes a version a listing read before.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -44,6 +48,12 @@ _ID_PREFIX = "namespace:"
 # FOREVER inside expressions, naive as drivers return stored dates (BSON dates are UTC):
 # mongomock cannot compare it with stored dates otherwise.
 _NEVER = FOREVER.replace(tzinfo=None)
+
+
+def new_version() -> int:
+    """A fresh ``version``: random, so it never repeats one a listing read before; an
+    integer below 2**62, so an earlier release's ``$inc`` still applies to it."""
+    return secrets.randbits(62)
 
 
 def entry_id(joined_namespace: str) -> str:
@@ -68,40 +78,46 @@ def put_requests(namespace: Sequence[str], expiries: Iterable[datetime]) -> list
     requests: list[UpdateOne] = []
     earliest = min(expiries)
     if earliest < FOREVER:
-        flag = {"$set": {"recheck": True}}
-        requests.append(
-            UpdateOne({"_id": entry_id(joined(namespace)), UNTIL: {"$gt": earliest}}, flag)
-        )
-    requests.append(raise_request(namespace, max(expiries)))
-    return requests
+        selector = {"_id": entry_id(joined(namespace)), UNTIL: {"$gt": earliest}}
+        requests.append(UpdateOne(selector, _FLAG))
+    return requests + raise_requests(namespace, max(expiries))
 
 
-def raise_request(namespace: Sequence[str], until: datetime) -> UpdateOne:
-    """The entry of ``namespace`` expiring no earlier than ``until``, created if missing."""
-    return UpdateOne(
-        {"_id": entry_id(joined(namespace))},
-        {
-            "$max": {UNTIL: until},
-            "$inc": {"version": 1},
-            # New entries start flagged: the item that created one may be deleted between
-            # its write and this one, and the entry settled away in between.
-            "$setOnInsert": {
-                "recheck": True,
-                "ns": SEPARATOR + joined(namespace),
-                LISTED: joined(namespace),
-                LABELS: list(namespace),
-                LEVELS: prefixes(namespace),
+def raise_requests(namespace: Sequence[str], until: datetime) -> list[UpdateOne]:
+    """The entry of ``namespace`` expiring no earlier than ``until``, in two statements
+    after the item's: a new ``version`` (created flagged if missing), so a listing that
+    probed before the item never writes its result; then, if it expires earlier, raised
+    and flagged in one statement (the item may have been deleted meanwhile, and the
+    delete's flag settled away by a listing)."""
+    selector = {"_id": entry_id(joined(namespace))}
+    raised = {"$max": {UNTIL: until}, "$set": {"recheck": True, "version": new_version()}}
+    return [
+        UpdateOne(
+            selector,
+            {
+                "$set": {"version": new_version()},
+                "$setOnInsert": {
+                    "recheck": True,
+                    UNTIL: until,
+                    "ns": SEPARATOR + joined(namespace),
+                    LISTED: joined(namespace),
+                    LABELS: list(namespace),
+                    LEVELS: prefixes(namespace),
+                },
             },
-        },
-        upsert=True,
-    )
+            upsert=True,
+        ),
+        UpdateOne({**selector, UNTIL: {"$lt": until}}, raised),
+    ]
+
+
+_FLAG = {"$set": {"recheck": True}}
 
 
 def delete_request(joined_namespace: str) -> UpdateOne:
     """After deleting items of a namespace: the entry may now be too high, so flag it."""
-    return UpdateOne(
-        {"_id": entry_id(joined_namespace)}, {"$set": {"recheck": True}, "$inc": {"version": 1}}
-    )
+    update = {"$set": {"recheck": True, "version": new_version()}}
+    return UpdateOne({"_id": entry_id(joined_namespace)}, update)
 
 
 def listing_query(op: ListNamespacesOp, now: datetime) -> dict[str, Any]:
@@ -131,12 +147,13 @@ def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[d
     ]
 
 
-def probe_pipeline(joined_namespace: str) -> list[dict[str, Any]]:
-    """The latest expiry among the items of one namespace (``FOREVER`` if one has none);
-    nothing when it has no items. An equality on ``ns``: the unique index serves it."""
+def probe_pipeline(joined_namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The latest expiry among the items of each namespace (``FOREVER`` if one has none),
+    grouped by joined namespace; no group for a namespace without items. An equality on
+    ``ns`` per namespace: the unique index serves it."""
     return [
-        {"$match": {"ns": joined_namespace}},
-        {"$group": {"_id": None, "until": {"$max": {"$ifNull": ["$expires_at", _NEVER]}}}},
+        {"$match": {"ns": {"$in": list(joined_namespaces)}}},
+        {"$group": {"_id": "$ns", "until": {"$max": {"$ifNull": ["$expires_at", _NEVER]}}}},
     ]
 
 
@@ -146,7 +163,8 @@ def settled_request(entry: Mapping[str, Any], until: datetime | None) -> UpdateO
     selector = {"_id": entry["_id"], "version": entry.get("version")}
     if until is None:
         return DeleteOne(selector)
-    return UpdateOne(selector, {"$set": {UNTIL: until}, "$unset": {"recheck": ""}})
+    update = {"$set": {UNTIL: until, "version": new_version()}, "$unset": {"recheck": ""}}
+    return UpdateOne(selector, update)
 
 
 def rebuild_pipeline() -> list[dict[str, Any]]:
