@@ -139,6 +139,36 @@ def test_single_operations_are_one_command_each(counted: tuple[MongoDBStore, Any
     ]
 
 
+def test_a_listing_settles_every_flagged_namespace_in_two_commands(
+    counted: tuple[MongoDBStore, Any],
+) -> None:
+    """Ten namespaces flagged (new ones, one emptied, TTL puts raising their entries): the
+    listing probes them all in one ``aggregate`` and writes them back in one bulk write
+    (an ``update`` and a ``delete`` command), whatever their number."""
+    store, listener = counted
+    names = [("users", f"{i}") for i in range(10)]
+    store.batch([PutOp(ns, "k", {"v": 0}) for ns in names])
+    assert _commands(store, listener, lambda: store.list_namespaces()) == [
+        "aggregate",
+        "find",
+        "aggregate",
+        "update",
+        "aggregate",
+    ]
+    raising = [PutOp(ns, "t", {"v": 1}, ttl=5) for ns in names[:9]]
+    store.batch([*raising, PutOp(names[9], "k", None)])
+    assert _commands(store, listener, lambda: store.list_namespaces()) == [
+        "aggregate",
+        "find",
+        "aggregate",
+        "update",
+        "delete",
+        "aggregate",
+    ]
+    assert _commands(store, listener, lambda: store.list_namespaces()) == ["aggregate"]
+    assert store.list_namespaces() == names[:9]
+
+
 def test_put_over_an_expired_copy_is_one_command_and_a_new_item(
     counted: tuple[MongoDBStore, Any],
 ) -> None:
