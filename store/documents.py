@@ -276,12 +276,16 @@ def delete_request(namespace: tuple[str, ...], key: str) -> DeleteOne:
 def refresh_requests(docs: Iterable[Mapping[str, Any]], now: datetime) -> list[UpdateMany]:
     """Move the expiry of items just read to ``now`` + their own TTL (one update per TTL),
     never earlier: a reader whose clock is behind must not shorten it (the namespace's
-    registry entry is only ever raised by a refresh)."""
+    registry entry is only ever raised by a refresh). Only while the item keeps that TTL:
+    a put landing after the read, without a TTL or with another, keeps its own."""
     by_ttl: dict[float, list[Any]] = {}
     for doc in docs:
         if doc.get("ttl_minutes") is not None:
             by_ttl.setdefault(doc["ttl_minutes"], []).append(doc["_id"])
     return [
-        UpdateMany({"_id": {"$in": ids}, **live(now)}, {"$max": {"expires_at": expiry(now, ttl)}})
+        UpdateMany(
+            {"_id": {"$in": ids}, "ttl_minutes": ttl, **live(now)},
+            {"$max": {"expires_at": expiry(now, ttl)}},
+        )
         for ttl, ids in by_ttl.items()
     ]

@@ -79,45 +79,44 @@ def put_requests(namespace: Sequence[str], expiries: Iterable[datetime]) -> list
     earliest = min(expiries)
     if earliest < FOREVER:
         selector = {"_id": entry_id(joined(namespace)), UNTIL: {"$gt": earliest}}
-        requests.append(UpdateOne(selector, _FLAG))
+        requests.append(UpdateOne(selector, _flagged()))
     return requests + raise_requests(namespace, max(expiries))
 
 
 def raise_requests(namespace: Sequence[str], until: datetime) -> list[UpdateOne]:
-    """The entry of ``namespace`` expiring no earlier than ``until``, in two statements
-    after the item's: a new ``version`` (created flagged if missing), so a listing that
-    probed before the item never writes its result; then, if it expires earlier, raised
-    and flagged in one statement (the item may have been deleted meanwhile, and the
-    delete's flag settled away by a listing)."""
+    """The entry of ``namespace`` expiring no earlier than ``until``, in three statements
+    after the item's: a new ``version``, so a listing that probed before the item never
+    writes its result; if it expires earlier, raised and flagged in one statement (the
+    item may have been deleted meanwhile, and the delete's flag settled away by a
+    listing); created flagged if missing (also when the server's TTL monitor or a sweep
+    removed it, expired, between the first two)."""
     selector = {"_id": entry_id(joined(namespace))}
-    raised = {"$max": {UNTIL: until}, "$set": {"recheck": True, "version": new_version()}}
+    raised = {"$max": {UNTIL: until}, **_flagged()}
+    created = {
+        "recheck": True,
+        UNTIL: until,
+        "version": new_version(),
+        "ns": SEPARATOR + joined(namespace),
+        LISTED: joined(namespace),
+        LABELS: list(namespace),
+        LEVELS: prefixes(namespace),
+    }
     return [
-        UpdateOne(
-            selector,
-            {
-                "$set": {"version": new_version()},
-                "$setOnInsert": {
-                    "recheck": True,
-                    UNTIL: until,
-                    "ns": SEPARATOR + joined(namespace),
-                    LISTED: joined(namespace),
-                    LABELS: list(namespace),
-                    LEVELS: prefixes(namespace),
-                },
-            },
-            upsert=True,
-        ),
+        UpdateOne(selector, {"$set": {"version": new_version()}}),
         UpdateOne({**selector, UNTIL: {"$lt": until}}, raised),
+        UpdateOne(selector, {"$setOnInsert": created}, upsert=True),
     ]
 
 
-_FLAG = {"$set": {"recheck": True}}
+def _flagged() -> dict[str, Any]:
+    """Flag an entry, with a new ``version``: a listing that read it before must not
+    write what it found."""
+    return {"$set": {"recheck": True, "version": new_version()}}
 
 
 def delete_request(joined_namespace: str) -> UpdateOne:
     """After deleting items of a namespace: the entry may now be too high, so flag it."""
-    update = {"$set": {"recheck": True, "version": new_version()}}
-    return UpdateOne({"_id": entry_id(joined_namespace)}, update)
+    return UpdateOne({"_id": entry_id(joined_namespace)}, _flagged())
 
 
 def listing_query(op: ListNamespacesOp, now: datetime) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from langgraph.store.base import ListNamespacesOp, Op, PutOp
+from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp
 from pymongo.errors import BulkWriteError
 
 from mongo_ckpt import schema
@@ -459,3 +459,84 @@ def test_a_listing_never_settles_an_entry_removed_and_created_again_since_it_rea
     assert lister.result[0] == []  # true when it probed
     assert _listed(store) == [NS]
     client.drop_database(db_name)
+
+
+def _monitorless(db_name: str) -> MongoDBStore:
+    """A store on mock whose expired documents stay stored until swept (mongomock applies
+    TTL indexes on every read)."""
+    store = MongoDBStore(sync_client("mock"), db_name)
+    store.setup()
+    for index in ("expires_at", "registry_until"):
+        store.collections["store"].drop_index(index)
+    return store
+
+
+@pytest.mark.parametrize("ttl", [None, 30])
+def test_an_entry_removed_expired_in_the_middle_of_a_put_is_created_again(
+    db_name: str, ttl: int | None
+) -> None:
+    """A namespace whose only item expired: its entry, expired too, is removed (by a sweep
+    or the server's TTL monitor) between the put's first registry statement and its raise.
+    The put's last statement creates the entry again, so its live item is listed."""
+    store = _monitorless(db_name)
+    with _clock(-600):
+        store.put(NS, "j", {"v": 1}, ttl=1)  # expired nine minutes ago
+    assert _listed(store) == []
+    collection = store.collections["store"]
+    entry = registry.entry_id(registry_key(NS))
+    first = collection.find_one({"_id": entry})["version"]
+    put = Stepper(_operation(store, [PutOp(NS, "k", {"v": 2}, ttl=ttl)]))
+    while collection.find_one({"_id": entry})["version"] == first:
+        put.step(store.collections)  # the item, then the entry's new version
+    assert store.sweep_ttl() == 1
+    while not put.done:
+        put.step(store.collections)
+    assert _truth(store) == [NS]
+    assert _listed(store) == [NS]
+    store.client.drop_database(db_name)
+
+
+def test_a_listing_that_probed_before_a_shorter_ttl_never_writes_its_expiry_back(
+    db_name: str,
+) -> None:
+    """A listing reads the flagged entry of a namespace whose item never expires and
+    probes it; the item is overwritten with a 5-minute TTL, whose flag lands before the
+    listing's settle. The flag sets a new version, so the settle (the item never expiring)
+    is not written, and the namespace is unlisted once the item expired."""
+    store = MongoDBStore(sync_client("mock"), db_name)
+    store.put(NS, "k", {"v": 1})
+    lister = Stepper(_operation(store, [LISTING]))
+    for _ in range(3):  # the page, the flagged entry, the probe: k never expires
+        lister.step(store.collections)
+    put = Stepper(_operation(store, [PutOp(NS, "k", {"v": 2}, ttl=5)]))
+    put.step(store.collections)  # the item, expiring in 5 minutes
+    put.step(store.collections)  # the entry flagged: it may expire earlier now
+    while not lister.done:
+        lister.step(store.collections)
+    while not put.done:
+        put.step(store.collections)
+    with _clock(360):
+        assert store.get(NS, "k", refresh_ttl=False) is None
+        assert _listed(store) == []
+    store.client.drop_database(db_name)
+
+
+def test_a_refresh_read_before_an_overwrite_without_a_ttl_leaves_it_without_one(
+    db_name: str,
+) -> None:
+    """A get reads an item with a TTL; a put overwrites it without one before the get's
+    refresh lands. The refresh applies only to the TTL it read: the item never expires,
+    as in ``InMemoryStore`` in either order."""
+    store = MongoDBStore(sync_client("mock"), db_name)
+    store.put(NS, "k", {"v": 1}, ttl=5)
+    reader = Stepper(_operation(store, [GetOp(NS, "k", refresh_ttl=True)]))
+    reader.step(store.collections)  # the item, with its TTL
+    store.put(NS, "k", {"v": 2})
+    assert _listed(store) == [NS]  # settled: never expires
+    while not reader.done:
+        reader.step(store.collections)
+    assert "expires_at" not in store.collections["store"].find_one({"key": "k"})
+    with _clock(360):
+        assert store.get(NS, "k", refresh_ttl=False).value == {"v": 2}
+        assert _listed(store) == [NS]
+    store.client.drop_database(db_name)
