@@ -38,6 +38,11 @@ Store versions:
   1. One document per item.
   2. The namespace registry beside the items (``store/registry.py``); upgrading builds it
      from the items. A reader of version 1 would write items without their entries.
+  3. Quiet puts: a put leaves a registry entry that needs no change as it was, its
+     ``version`` moving only when a listing has claimed it. No data changes, but a release
+     reading version 2 settles entries without claiming them and could then write an
+     expiry that misses such a put's item. Recorded by ``setup()`` only on a new, empty
+     collection; on existing data by ``store.upgrade()`` (``mongo-ckpt upgrade --store``).
 """
 
 from __future__ import annotations
@@ -64,7 +69,12 @@ LIST_DELTAS_VERSION = 4
 SLIM_DOCUMENTS_VERSION = 5
 # The recorded saver version from which values may be stored compressed.
 COMPRESSED_VALUES_VERSION = 6
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
+# The highest store version ``setup()`` raises existing data to by itself: a release that
+# reads version 2 settles registry entries without claiming them, which quiet puts need.
+STORE_SETUP_VERSION = 2
+# The recorded store version from which a put may leave an unclaimed entry as it was.
+STORE_QUIET_PUTS_VERSION = 3
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000

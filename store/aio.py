@@ -38,6 +38,11 @@ class AsyncMongoDBStore(
         as on LangGraph's other async stores; ``asetup`` is the same coroutine."""
         await self.asetup()
 
+    async def upgrade(self) -> None:  # type: ignore[override]
+        """``MongoDBStore.upgrade`` as a coroutine, like ``setup``; ``aupgrade`` is the same
+        coroutine."""
+        await self.aupgrade()
+
     async def start_ttl_sweeper(
         self, sweep_interval_minutes: float | None = None
     ) -> asyncio.Task[None]:

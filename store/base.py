@@ -227,6 +227,19 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         self._is_setup = False
         self._run(self._setup_once(), SpanInfo("setup"))
 
+    def upgrade(self) -> None:
+        """``setup``, then record the current layout version: puts of this store leave a
+        namespace's registry entry unwritten when it needs no change, other stores of this
+        release do from their next ``setup``, and releases before it refuse the collection
+        at setup. Run it (or ``mongo-ckpt upgrade --store``) once no process of such a
+        release is left (docs/operations.md). Idempotent. A coroutine on
+        ``AsyncMongoDBStore``."""
+        self._is_setup = False  # setup first, as on first use
+        self._run(self._upgraded(), SpanInfo("upgrade"))
+
+    def _upgraded(self) -> Operation[None]:
+        yield from self.ops.upgrade(self.collections[STORE].name)
+
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
         plan = self.ops.plan(_validated(ops))
@@ -252,6 +265,11 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """Async ``setup``."""
         self._is_setup = False
         await self._arun(self._setup_once(), SpanInfo("setup"))
+
+    async def aupgrade(self) -> None:
+        """Async ``upgrade``."""
+        self._is_setup = False  # setup first, as on first use
+        await self._arun(self._upgraded(), SpanInfo("upgrade"))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async ``batch``."""

@@ -109,7 +109,9 @@ def converted(
     return fields
 
 
-def batch_requests(targets: Iterable[tuple[str, dict[str, Any]]]) -> list[UpdateOne]:
+def batch_requests(
+    targets: Iterable[tuple[str, dict[str, Any]]], *, quiet: bool
+) -> list[UpdateOne]:
     """Upserts of converted items (``(key, fields)``), then their namespaces' registry
     entries: what one batch writes."""
     requests: list[UpdateOne] = []
@@ -119,9 +121,8 @@ def batch_requests(targets: Iterable[tuple[str, dict[str, Any]]]) -> list[Update
         selector = {"ns": joined(namespace), "key": key}
         requests.append(UpdateOne(selector, {"$set": fields}, upsert=True))
         expiries.setdefault(namespace, []).append(fields.get("expires_at", documents.FOREVER))
-    for namespace, untils in expiries.items():
-        requests.extend(registry.put_requests(namespace, untils))
-    return requests
+    entries = [registry.put_request(ns, u, quiet=quiet) for ns, u in expiries.items()]
+    return requests + entries
 
 
 def progress_key(source: Any, target: Any) -> str:
@@ -161,16 +162,16 @@ def migrate_official_store(
     for doc in cursor:
         chunk.append(doc)
         if len(chunk) >= batch:
-            _write(chunk, target, marks, key, ttl_seconds, vectors, counts, progress)
+            _write(chunk, store, marks, key, ttl_seconds, vectors, counts, progress)
             chunk = []
     if chunk:
-        _write(chunk, target, marks, key, ttl_seconds, vectors, counts, progress)
+        _write(chunk, store, marks, key, ttl_seconds, vectors, counts, progress)
     return counts
 
 
 def _write(
     chunk: Sequence[Mapping[str, Any]],
-    target: Any,
+    store: Any,
     marks: Any,
     key: str,
     ttl_seconds: float | None,
@@ -188,7 +189,8 @@ def _write(
         counts.vectors += "embeddings" in fields
         items.append((doc["key"], fields))
     if items:
-        target.bulk_write(batch_requests(items), ordered=True)
+        requests = batch_requests(items, quiet=store.ops.quiet)
+        store.collections["store"].bulk_write(requests, ordered=True)
     counts.items += len(items)
     update = {"$set": {"last_id": chunk[-1]["_id"], "items": counts.items}}
     marks.update_one({"_id": key}, update, upsert=True)

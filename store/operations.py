@@ -125,23 +125,30 @@ class StoreOperations:
         self.paths: list[Path] = index_paths(index.get("fields")) if index else []
         # None until setup has asked the server; True where $vectorSearch is available.
         self.vector_search: bool | None = None
+        # Whether puts leave a registry entry that needs no change unwritten: the recorded
+        # layout version says no release that settles without claiming writes here.
+        self.quiet = False
 
     # -- setup ----------------------------------------------------------------
 
     def setup(self, db_name: str, collection_name: str) -> Operation[None]:
         """The layout version check (one round trip when current; on new collections a
         look for another layout, refused with ``ForeignCollectionError``, then the indexes
-        and the version recorded) and, unless known already, the vector index where Atlas
-        has one."""
+        and the version recorded: the current one on an empty collection, otherwise at most
+        ``schema.STORE_SETUP_VERSION``) and, unless known already, the vector index where
+        Atlas has one."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         found = yield from schema.read(key, where)
-        if found != schema.STORE_SCHEMA_VERSION:
-            yield from self._refuse_foreign(db_name, collection_name)
+        if found is None or found < schema.STORE_SETUP_VERSION:
+            stored = yield from self._refuse_foreign(db_name, collection_name)
             yield from create_indexes(STORE, [*documents.index_models(), *registry.index_models()])
             if found is not None:  # items of layout version 1: list their namespaces
                 yield from self.build_registry()
-            yield from schema.record(key, {STORE: collection_name})
+            empty = found is None and not stored
+            found = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
+            yield from schema.record(key, {STORE: collection_name}, found)
+        self.quiet = found >= schema.STORE_QUIET_PUTS_VERSION
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -149,14 +156,23 @@ class StoreOperations:
                 logger.info("no Atlas Vector Search on this server (%s): exact vector search", exc)
                 self.vector_search = False
 
-    def _refuse_foreign(self, db_name: str, collection_name: str) -> Operation[None]:
-        """Raise ``ForeignCollectionError`` when the collection holds another layout."""
+    def _refuse_foreign(self, db_name: str, collection_name: str) -> Operation[bool]:
+        """Raise ``ForeignCollectionError`` when the collection holds another layout;
+        whether it holds documents."""
         saver = yield from find_one(SCHEMA, layouts.saver_query(collection_name))
         sample = yield from find_one(STORE, {})
         indexes = yield from index_information(STORE)
         found = layouts.foreign_layout(collection_name, saver, sample, indexes)
         if found is not None:
             raise layouts.refusal(db_name, collection_name, found)
+        return sample is not None
+
+    def upgrade(self, collection_name: str) -> Operation[None]:
+        """After ``setup``: the current layout version recorded, since every process writing
+        the collection settles registry entries by claiming them, so puts may be quiet."""
+        key = schema.store_key(collection_name)
+        yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
+        self.quiet = True
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
@@ -172,10 +188,9 @@ class StoreOperations:
         now = documents.utc_now()
         found = yield from aggregate(STORE, registry.rebuild_pipeline())
         requests = [
-            request
+            registry.put_request(doc["namespace"], [reading.utc(doc["until"])], quiet=self.quiet)
             for doc in found
             if reading.utc(doc["until"]) > now
-            for request in registry.put_requests(doc["namespace"], [reading.utc(doc["until"])])
         ]
         if requests:
             yield from bulk_write(STORE, requests, ordered=False)
@@ -344,10 +359,7 @@ class StoreOperations:
                 if entry is not None and entry not in live
             }
             if unknown:
-                entries = yield from find(STORE, {"_id": {"$in": sorted(unknown)}})
-                if entries:
-                    live.update((yield from self._settle(entries, now)))
-                live.update((entry, False) for entry in unknown if entry not in live)
+                live.update((yield from self._settle(sorted(unknown), now)))
                 continue
             listed: list[str] = [
                 group["_id"]
@@ -358,24 +370,25 @@ class StoreOperations:
                 return [split(ns) for ns in listed[op.offset : wanted]]
             wanted += wanted - len(listed)  # some groups turned out empty: read further
 
-    def _settle(
-        self, entries: Sequence[Mapping[str, Any]], now: datetime
-    ) -> Operation[dict[str, bool]]:
-        """Probe the items of flagged registry entries (one ``aggregate``) and write each
-        back exact, or remove it (one ``bulk_write``), unless a write touched it
-        meanwhile; whether each one's namespace has a live item, by entry ``_id``."""
-        probe = registry.probe_pipeline([entry[registry.LISTED] for entry in entries])
+    def _settle(self, entries: Sequence[str], now: datetime) -> Operation[dict[str, bool]]:
+        """Claim flagged registry entries (one ``bulk_write``), probe their items (one
+        ``aggregate``) and write each back exact, or remove it (one ``bulk_write``), unless
+        a write touched it after the claim; whether each one's namespace had a live item
+        when probed, by entry ``_id``."""
+        claim = registry.new_version()
+        yield from bulk_write(STORE, [registry.claim_request(entries, claim)], ordered=True)
+        probe = registry.probe_pipeline([registry.joined_of(entry) for entry in entries])
         found = yield from aggregate(STORE, probe)
         # No group for no items (mongomock returns one whose ``until`` is None).
         latest = {doc["_id"]: reading.utc(doc["until"]) for doc in found if doc["until"]}
         live: dict[str, bool] = {}
         settled: list[WriteRequest] = []
         for entry in entries:
-            until = latest.get(entry[registry.LISTED])
+            until = latest.get(registry.joined_of(entry))
             # Expired on this clock but still stored, an item may be live on a clock behind
             # it: the entry goes only with the last item, and otherwise records its expiry.
-            settled.append(registry.settled_request(entry, until))
-            live[entry["_id"]] = until is not None and until > now
+            settled.append(registry.settled_request(entry, claim, until))
+            live[entry] = until is not None and until > now
         yield from bulk_write(STORE, settled, ordered=False)
         return live
 
@@ -429,16 +442,17 @@ class StoreOperations:
             *(registry.delete_request(ns) for ns in emptied),
             *documents.refresh_requests(read, now),
             *(
-                request
+                registry.raise_request(ns, until, quiet=self.quiet)
                 for ns, until in _refreshed(read, now).items()
-                for request in registry.raise_requests(ns, until)
             ),
         ]
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-        after = [r for ns, untils in expiries.items() for r in registry.put_requests(ns, untils)]
+        after = [
+            registry.put_request(ns, untils, quiet=self.quiet) for ns, untils in expiries.items()
+        ]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:

@@ -7,34 +7,40 @@ its item and its namespace's entry in one ``bulk_write`` (one command)::
     {_id: "namespace:<joined>", ns: NUL + <joined>, listed: <joined>, namespace: [labels],
      levels: [prefixes],
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
-     version: <random, new on every write>, recheck?: true}
+     version: <random>, recheck: <bool>, claimed: <bool>}
 
 They have no ``key`` or ``prefixes``, and an ``ns`` no item has (a joined namespace never
 starts with NUL), unique under the items' ``(ns, key)`` index: no item query matches them.
 
-An entry without ``recheck`` is exact: its namespace has a live item until
+An entry without ``recheck: true`` is exact: its namespace has a live item until
 ``listed_until`` (puts and TTL refreshes only raise it, with ``$max``; items only stop
 being live by expiring). Writes that may leave it too high flag it instead of reading:
 a delete; a put whose expiry is earlier than the entry's (it may have shortened the latest
 one); the put that creates the entry; and a put or refresh that raises it, in the
 statement that raises it, since its item may have been deleted after it was written and
-the delete's flag settled away by a listing before the raise lands. A listing probes the
-items of flagged entries it meets, then writes the exact expiry (or removes the entry,
-when no item is left) only if ``version`` is unchanged, so a put or delete landing
-meanwhile is never lost: every write sets a new ``version`` after its item is written,
-and so does a settle. Versions are random, not counted: an entry removed and created
-again never takes a version a listing read before.
+the delete's flag settled away by a listing before the raise lands.
+
+A listing settles the flagged entries it meets: it claims them (a ``version`` of its own,
+``claimed: true``), then probes their items, then writes the exact expiry (or removes the
+entry, when no item is left) only if the ``version`` is still its own. Every write that
+lands after the claim moves the ``version``, so a put or delete whose item the probe may
+have missed is never lost: a delete always; a put (or refresh) when the entry is claimed,
+and, until the store's layout version is ``QUIET_PUTS_VERSION``, always, since a release
+before it settles without claiming (conditional on the version it read). So from that
+version on, a put into a namespace whose entry needs no raise and no flag changes nothing
+in it. Versions are random, not counted: an entry removed and created again never takes
+a version a listing claimed before.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.store.base import ListNamespacesOp
-from pymongo import ASCENDING, DeleteOne, IndexModel, UpdateOne
+from pymongo import ASCENDING, DeleteOne, IndexModel, UpdateMany, UpdateOne
 
 from mongo_ckpt.store.documents import FOREVER
 from mongo_ckpt.store.namespaces import SEPARATOR, joined, match_clauses, prefixes
@@ -44,10 +50,12 @@ LISTED = "listed"
 LEVELS = "levels"
 LABELS = "namespace"
 UNTIL = "listed_until"
+CLAIMED = "claimed"
 _ID_PREFIX = "namespace:"
 # FOREVER inside expressions, naive as drivers return stored dates (BSON dates are UTC):
 # mongomock cannot compare it with stored dates otherwise.
 _NEVER = FOREVER.replace(tzinfo=None)
+_EPOCH = datetime(1970, 1, 1)
 
 
 def new_version() -> int:
@@ -70,53 +78,76 @@ def index_models() -> list[IndexModel]:
     ]
 
 
-def put_requests(namespace: Sequence[str], expiries: Iterable[datetime]) -> list[UpdateOne]:
+def put_request(
+    namespace: Sequence[str], expiries: Iterable[datetime], *, quiet: bool
+) -> UpdateOne:
     """After the puts of a batch into ``namespace`` (each item's expiry, ``FOREVER`` for
-    none): raise the entry's expiry, creating it; flag it when one of them is earlier than
-    the entry's (an overwrite may have shortened the latest expiry)."""
+    none): the entry raised to the latest, created if missing; flagged when one of them
+    is earlier than the entry's expiry (an overwrite may have shortened the latest).
+    ``quiet``: the ``version`` moves only when the entry is claimed (``QUIET_PUTS_VERSION``)."""
     expiries = list(expiries)
-    requests: list[UpdateOne] = []
     earliest = min(expiries)
-    if earliest < FOREVER:
-        selector = {"_id": entry_id(joined(namespace)), UNTIL: {"$gt": earliest}}
-        requests.append(UpdateOne(selector, _flagged()))
-    return requests + raise_requests(namespace, max(expiries))
+    latest, shortest = max(expiries), (earliest if earliest < FOREVER else None)
+    return _entry_request(namespace, latest, shortest, quiet)
 
 
-def raise_requests(namespace: Sequence[str], until: datetime) -> list[UpdateOne]:
-    """The entry of ``namespace`` expiring no earlier than ``until``, in three statements
-    after the item's: a new ``version``, so a listing that probed before the item never
-    writes its result; if it expires earlier, raised and flagged in one statement (the
-    item may have been deleted meanwhile, and the delete's flag settled away by a
-    listing); created flagged if missing (also when the server's TTL monitor or a sweep
-    removed it, expired, between the first two)."""
-    selector = {"_id": entry_id(joined(namespace))}
-    raised = {"$max": {UNTIL: until}, **_flagged()}
-    created = {
-        "recheck": True,
-        UNTIL: until,
-        "version": new_version(),
+def raise_request(namespace: Sequence[str], until: datetime, *, quiet: bool) -> UpdateOne:
+    """After TTL refreshes in ``namespace``: the entry raised to ``until``, created if
+    missing."""
+    return _entry_request(namespace, until, None, quiet)
+
+
+def _entry_request(
+    namespace: Sequence[str], latest: datetime, earliest: datetime | None, quiet: bool
+) -> UpdateOne:
+    """One upsert, after the items' statements, as an update pipeline (each field computed
+    from the entry as it was): the expiry raised to ``latest``, with the entry flagged if
+    that raised it (the item may have been deleted meanwhile, and the delete's flag
+    settled away by a listing), if it is missing (created, or created again after the
+    server's TTL monitor or a sweep removed it expired), or if ``earliest`` is below it;
+    a new ``version`` when claimed or missing (or always, unless ``quiet``), so a listing
+    that probed before the items never writes its result. When nothing is to change, the
+    pipeline yields the entry as it was: the server writes nothing."""
+    until = _naive(latest)
+    stored = {"$ifNull": [f"${UNTIL}", _EPOCH]}
+    reasons: list[Any] = [{"$eq": ["$recheck", True]}, {"$lt": [stored, until]}]
+    if earliest is not None:
+        reasons.append({"$gt": [stored, _naive(earliest)]})
+    fresh = {"$literal": new_version()}
+    version: Any = fresh
+    if quiet:
+        version = {"$cond": [{"$eq": ["$claimed", True]}, fresh, {"$ifNull": ["$version", fresh]}]}
+    fields = {
+        "recheck": {"$or": reasons},
+        UNTIL: {"$max": [f"${UNTIL}", until]},
+        "version": version,
+        CLAIMED: {"$literal": False},
+        **{name: {"$literal": value} for name, value in _identity(namespace).items()},
+    }
+    return UpdateOne({"_id": entry_id(joined(namespace))}, [{"$set": fields}], upsert=True)
+
+
+def _identity(namespace: Sequence[str]) -> dict[str, Any]:
+    """The fields naming an entry's namespace."""
+    return {
         "ns": SEPARATOR + joined(namespace),
         LISTED: joined(namespace),
         LABELS: list(namespace),
         LEVELS: prefixes(namespace),
     }
-    return [
-        UpdateOne(selector, {"$set": {"version": new_version()}}),
-        UpdateOne({**selector, UNTIL: {"$lt": until}}, raised),
-        UpdateOne(selector, {"$setOnInsert": created}, upsert=True),
-    ]
 
 
-def _flagged() -> dict[str, Any]:
-    """Flag an entry, with a new ``version``: a listing that read it before must not
-    write what it found."""
-    return {"$set": {"recheck": True, "version": new_version()}}
+def _naive(moment: datetime) -> datetime:
+    """``moment`` as a naive UTC datetime, as drivers return stored dates (mongomock
+    compares only those inside expressions)."""
+    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def delete_request(joined_namespace: str) -> UpdateOne:
-    """After deleting items of a namespace: the entry may now be too high, so flag it."""
-    return UpdateOne({"_id": entry_id(joined_namespace)}, _flagged())
+    """After deleting items of a namespace: the entry may now be too high, so flag it, with
+    a new ``version``: a listing that claimed it before must not write what it found."""
+    update = {"$set": {"recheck": True, "version": new_version(), CLAIMED: False}}
+    return UpdateOne({"_id": entry_id(joined_namespace)}, update)
 
 
 def listing_query(op: ListNamespacesOp, now: datetime) -> dict[str, Any]:
@@ -156,14 +187,28 @@ def probe_pipeline(joined_namespaces: Sequence[str]) -> list[dict[str, Any]]:
     ]
 
 
-def settled_request(entry: Mapping[str, Any], until: datetime | None) -> UpdateOne | DeleteOne:
+def claim_request(entry_ids: Sequence[str], version: int) -> UpdateMany:
+    """Before a listing probes the items of flagged entries: their ``version`` its own, so
+    that it settles only what no write touched after the claim."""
+    flagged = {"_id": {"$in": list(entry_ids)}, "recheck": True}
+    return UpdateMany(flagged, {"$set": {"version": version, CLAIMED: True}})
+
+
+def settled_request(entry_id: str, version: int, until: datetime | None) -> UpdateOne | DeleteOne:
     """The exact entry after a probe: its expiry, or gone (``until`` is ``None``: no item
-    left); applied only if no write touched the entry since it was read."""
-    selector = {"_id": entry["_id"], "version": entry.get("version")}
+    left); applied only if the entry still has the ``version`` of the listing's claim.
+    ``recheck`` and ``claimed`` are ``false`` as a put's pipeline writes them, so the next
+    put changes nothing."""
+    selector = {"_id": entry_id, "version": version}
     if until is None:
         return DeleteOne(selector)
-    update = {"$set": {UNTIL: until, "version": new_version()}, "$unset": {"recheck": ""}}
-    return UpdateOne(selector, update)
+    exact = {UNTIL: until, "version": new_version(), "recheck": False, CLAIMED: False}
+    return UpdateOne(selector, {"$set": exact})
+
+
+def joined_of(entry: str) -> str:
+    """The joined namespace of the entry whose ``_id`` is ``entry``."""
+    return entry[len(_ID_PREFIX) :]
 
 
 def rebuild_pipeline() -> list[dict[str, Any]]:

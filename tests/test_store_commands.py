@@ -112,8 +112,9 @@ def test_single_operations_are_one_command_each(counted: tuple[MongoDBStore, Any
         "update"
     ]
     assert _commands(store, listener, lambda: store.get(("users", "1"), "a")) == ["find"]
-    settling = ["aggregate", "find", "aggregate", "update", "aggregate"]
-    # The first listing probes the new namespace once and writes its entry back settled.
+    settling = ["aggregate", "update", "aggregate", "update", "aggregate"]
+    # The first listing claims the new namespace's entry, probes it once and writes the
+    # entry back settled.
     assert _commands(store, listener, lambda: store.list_namespaces()) == settling
     assert _commands(store, listener, lambda: store.list_namespaces()) == ["aggregate"]
     # The delete flags the namespace's registry entry in the same bulk write.
@@ -143,14 +144,15 @@ def test_a_listing_settles_every_flagged_namespace_in_two_commands(
     counted: tuple[MongoDBStore, Any],
 ) -> None:
     """Ten namespaces flagged (new ones, one emptied, TTL puts raising their entries): the
-    listing probes them all in one ``aggregate`` and writes them back in one bulk write
-    (an ``update`` and a ``delete`` command), whatever their number."""
+    listing claims them all in one ``update``, probes them in one ``aggregate`` and writes
+    them back in one bulk write (an ``update`` and a ``delete`` command), whatever their
+    number."""
     store, listener = counted
     names = [("users", f"{i}") for i in range(10)]
     store.batch([PutOp(ns, "k", {"v": 0}) for ns in names])
     assert _commands(store, listener, lambda: store.list_namespaces()) == [
         "aggregate",
-        "find",
+        "update",
         "aggregate",
         "update",
         "aggregate",
@@ -159,7 +161,7 @@ def test_a_listing_settles_every_flagged_namespace_in_two_commands(
     store.batch([*raising, PutOp(names[9], "k", None)])
     assert _commands(store, listener, lambda: store.list_namespaces()) == [
         "aggregate",
-        "find",
+        "update",
         "aggregate",
         "update",
         "delete",

@@ -6,7 +6,9 @@ batches of puts, deletes and gets (single puts, small batches in update pipeline
 batches sent insert-first that meet stored items, several writes to one key, short and
 long TTLs), searches that refresh TTLs, a namespace emptied, the same batch again, two
 live instances taking turns (a second worker behind a load balancer), a new instance
-(cold), client clocks minutes apart, listings (which settle the namespace registry), the
+(cold), a collection that starts at store layout version 2 (puts moving every registry
+entry's version) and is upgraded to quiet puts while the other instance still moves them,
+client clocks minutes apart, listings (which settle the namespace registry), the
 TTL sweep, a call cut at a random step (before it is sent, in the middle of its bulk
 write, or with its reply lost) and then sent again with the same values or with others,
 and the other instance's batch landing before a chosen call of an operation (e.g. between
@@ -56,6 +58,7 @@ from langgraph.store.base import GetOp, Item, Op, PutOp
 from langgraph.store.memory import InMemoryStore
 from pymongo.errors import AutoReconnect
 
+from mongo_ckpt.schema import SCHEMA_COLLECTION, store_key
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import FOREVER, INSERTS_FROM
 from tests.backends import sync_client
@@ -97,7 +100,8 @@ LISTINGS = st.sampled_from([(None, None), (("users",), 2), (("users", "ada"), No
                             (("teams",), 1), (("users", "ada", "prefs"), None)])
 CHECKED = dict.fromkeys(
     ["states", "items", "cut", "landed", "landed in a listing", "refused inserts",
-     "settles", "hidden by a TTL", "maybe gone", "created_at kept", "empty namespaces"], 0
+     "settles", "hidden by a TTL", "maybe gone", "created_at kept", "empty namespaces",
+     "quiet beside moving"], 0
 )
 # What a default run must have exercised: a run short of one of them tests less than it says.
 REQUIRED = ["cut", "landed", "landed in a listing", "refused inserts", "settles",
@@ -342,11 +346,26 @@ class StoreModel(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------
 
-    @initialize()
-    def start(self) -> None:
+    @initialize(layout=st.sampled_from([3, 2]))
+    def start(self, layout: int) -> None:
         self.peer_offset = 180  # the other instance's clock starts 3 minutes ahead
         self.store.setup()
+        if layout == 2:  # as a release before quiet puts recorded it
+            self.steps.append("layout 2")
+            versions = self.client[self.db_name][SCHEMA_COLLECTION]
+            versions.update_one({"_id": store_key("store")}, {"$set": {"version": 2}})
+            self.store = MongoDBStore(self.client, self.db_name)
+            self.store.setup()
         self.peer.setup()
+
+    @rule()
+    def upgrade(self) -> None:
+        """``store.upgrade()`` on one instance: it puts quietly at once, the other one keeps
+        moving versions until it is set up again."""
+        self.steps.append("upgrade")
+        self.store.upgrade()
+        if not self.peer.ops.quiet:
+            CHECKED["quiet beside moving"] += 1
 
     @rule(writes=BATCH, other_value=st.booleans())
     def write(self, writes: list[tuple[Any, ...]], other_value: bool) -> None:
@@ -611,4 +630,4 @@ def test_store_matches_its_model() -> None:
 @pytest.mark.parametrize("backend", ["mock", "wire"])
 def test_store_matches_its_model_long(backend: str) -> None:
     checked = _run(backend, examples=120 if backend == "mock" else 40, steps=50)
-    assert all(checked[name] for name in REQUIRED), checked
+    assert all(checked[name] for name in [*REQUIRED, "quiet beside moving"]), checked

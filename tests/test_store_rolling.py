@@ -24,22 +24,35 @@ SCRIPT = ROOT / "tests" / "rolling_store.py"
 ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
 
 
-def store_release() -> str | None:
-    """The newest commit of ``HEAD``'s history whose store sends no batch insert-first."""
+# Previous releases of the store, each the newest commit of ``HEAD``'s history without a
+# line of what came after it: batches sent insert-first; quiet puts (store layout 3).
+RELEASES = {
+    "before insert-first": ("^INSERTS_FROM = ", "store/documents.py"),
+    "before quiet puts": ("^STORE_QUIET_PUTS_VERSION = ", "mongo_ckpt/schema.py"),
+}
+
+
+def store_release(name: str) -> str | None:
+    """The commit of the previous release ``name`` (``RELEASES``)."""
+    pattern, path = RELEASES[name]
     for chunk in history():
-        inserting = _having(chunk, "^INSERTS_FROM = ", "store/documents.py")
+        later = _having(chunk, pattern, path)
         for rev in chunk:
-            if rev not in inserting:
+            if rev not in later:
                 return rev
     return None
 
 
-@pytest.fixture(scope="module")
-def previous_store(tmp_path_factory: Any) -> Path:
-    rev = store_release()
+def release_named(name: str, tmp_path_factory: Any) -> Path:
+    rev = store_release(name)
     if rev is None:
         pytest.skip("needs git and the repository's history (the store's previous release)")
     return release_tree(rev, tmp_path_factory.mktemp("store-release"))
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def previous_store(request: Any, tmp_path_factory: Any) -> Path:
+    return release_named(request.param, tmp_path_factory)
 
 
 def _batch(rng: random.Random, round_: int) -> list[list[Any]]:
@@ -92,3 +105,30 @@ def test_the_previous_release_and_this_one_write_and_read_one_collection(
             created = {(tuple(ns), key): c for ns, key, _, c, _ in mine["items"]}
     finally:
         old.stop()
+
+
+def test_the_release_before_quiet_puts_refuses_a_collection_upgraded_to_them(
+    tmp_path_factory: Any, database: tuple[str, Any, str, bool]
+) -> None:
+    """The previous release records layout 2 on a new collection; this release's
+    ``setup()`` keeps it (its puts move every entry's version, as that release's listings
+    need) until ``upgrade()``, after which the previous release refuses to start."""
+    tree = release_named("before quiet puts", tmp_path_factory)
+    uri, client, db_name, direct = database
+    old = OldRelease(tree, uri, db_name, direct, script=SCRIPT)
+    try:
+        store = MongoDBStore(client, db_name)
+        store.setup()
+        assert not store.ops.quiet
+        store.put(("roll", "n0"), "k0", {"v": 1})
+        assert old.turn(json.dumps([[["roll", "n1"], "k1", {"v": 2}]]))["namespaces"] == [
+            ["roll", "n0"],
+            ["roll", "n1"],
+        ]
+    finally:
+        old.stop()
+    store.upgrade()
+    assert store.ops.quiet
+    with pytest.raises(AssertionError, match="SchemaTooNewError"):
+        OldRelease(tree, uri, db_name, direct, script=SCRIPT).stop()
+    assert store.list_namespaces(prefix=("roll",)) == [("roll", "n0"), ("roll", "n1")]

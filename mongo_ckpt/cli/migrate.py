@@ -19,6 +19,7 @@ from mongo_ckpt.cli.options import (
     collection_name,
     database_name,
     open_client,
+    optional_collection_name,
     saver_on,
     target_options,
 )
@@ -33,7 +34,8 @@ from mongo_ckpt.migration import (
 )
 from mongo_ckpt.migration import Progress as Counts
 from mongo_ckpt.official import DEFAULT_CHECKPOINTS, DEFAULT_WRITES
-from mongo_ckpt.schema import read_version, saver_key
+from mongo_ckpt.schema import read_version, saver_key, store_key
+from mongo_ckpt.store import MongoDBStore
 
 SHOWN_MISMATCHES = 20
 # Exit statuses besides 0 (and 2 for a usage error): output.py's ERROR and NOTHING_MATCHED.
@@ -266,28 +268,45 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 
 
 @click.command(
-    short_help="upgrade the checkpoint collections to the current layout version",
+    short_help="upgrade the checkpoint collections (or a store's) to the current layout version",
     help=(
         "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
         "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
         "names this command), and record that every writer reads list deltas, slim "
         "checkpoint documents and compressed values: savers of this release write them "
         "from then on (within a minute, without a restart), and releases before them refuse "
-        "the database. Run it "
+        "the database. With --store, the store collection instead: record that every "
+        "writer claims registry entries before settling them, so puts into a namespace "
+        "leave its entry unwritten when it needs no change (stores of this release from "
+        "their next setup). Run it "
         "once no process of an earlier release is left (after a rolling upgrade). Idempotent."
     ),
 )
+@click.option(
+    "--store",
+    "store_collection",
+    metavar="COLLECTION",
+    callback=optional_collection_name,
+    help="Upgrade this store collection (the store's default: store) instead.",
+)
 @target_options
-def upgrade(target: Target) -> int:
-    """Run ``saver.upgrade()`` and report the versions."""
-    key = saver_key(target.layout.checkpoints)
+def upgrade(target: Target, store_collection: str | None) -> int:
+    """Run ``saver.upgrade()`` (or ``store.upgrade()``) and report the versions."""
+    if store_collection is None:
+        key = saver_key(target.layout.checkpoints)
+    else:
+        key = store_key(store_collection)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        saver_on(client, target).upgrade()
+        if store_collection is None:
+            saver_on(client, target).upgrade()
+        else:
+            MongoDBStore(client, target.db, collection_name=store_collection).upgrade()
         after = read_version(client[target.db], key)
     if target.json:
         emit_json(target.db, {"before": before, "after": after})
     else:
         was = "unversioned" if before is None else f"version {before}"
-        click.echo(f"{target.db}: layout {was} -> version {after}")
+        where = target.db if store_collection is None else f"{target.db}.{store_collection}"
+        click.echo(f"{where}: layout {was} -> version {after}")
     return 0

@@ -57,6 +57,13 @@ def collection_name(ctx: click.Context, param: click.Parameter, value: str) -> s
     return value
 
 
+def optional_collection_name(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """``collection_name`` for an option that may be left out."""
+    return None if value is None else collection_name(ctx, param, value)
+
+
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     """A click callback: refuses ``nan`` and ``inf``, which a ``FloatRange`` lets through."""
     if value is not None and not math.isfinite(value):

@@ -1,0 +1,173 @@
+"""Quiet puts (store layout version 3): a put into a namespace whose registry entry needs no
+change leaves the entry as it was, and moves its ``version`` only when a listing has
+claimed it. ``setup()`` records version 3 only on an empty collection; on existing data
+``upgrade()`` does, once no release that settles without claiming is left. The races of
+both layouts, and of the previous release's listing beside this release's puts, are in
+``tests/test_store_registry.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+from pymongo.monitoring import CommandListener
+
+from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, store_key
+from mongo_ckpt.store import MongoDBStore, registry
+from mongo_ckpt.store.namespaces import joined
+from tests.backends import uri_for
+from tests.test_cli_migrate import invoke
+from tests.test_store_registry import LISTING, Stepper, _operation
+
+NS = ("users", "u1", "memories")
+
+
+def _entry(store: MongoDBStore) -> dict[str, Any]:
+    entry = store.collections["store"].find_one({"_id": registry.entry_id(joined(NS))})
+    assert entry is not None
+    return dict(entry)
+
+
+def _layout(store: MongoDBStore) -> int | None:
+    return read_version(store.db, store_key("store"))
+
+
+def _as_layout_2(store: MongoDBStore) -> None:
+    _as_layout_2_of(store, "store")
+
+
+def _as_layout_2_of(store: MongoDBStore, collection: str) -> None:
+    """The version a release reading layout 2 recorded."""
+    versions = store.db[SCHEMA_COLLECTION]
+    versions.update_one({"_id": store_key(collection)}, {"$set": {"version": 2}})
+
+
+def test_a_new_collection_has_quiet_puts_and_existing_data_waits_for_upgrade(
+    make_store: Any,
+) -> None:
+    store = make_store()
+    store.setup()
+    assert (_layout(store), store.ops.quiet) == (3, True)
+    store.put(NS, "a", {"v": 1})
+    _as_layout_2(store)
+    beside = make_store()
+    beside.setup()
+    assert (_layout(beside), beside.ops.quiet) == (2, False)
+    beside.upgrade()
+    assert (_layout(beside), beside.ops.quiet) == (3, True)
+    later = make_store()
+    later.setup()
+    assert later.ops.quiet
+    assert later.list_namespaces() == [NS]
+    beside.upgrade()  # idempotent
+    assert _layout(beside) == 3
+
+
+@pytest.mark.parametrize("layout", [3, 2])
+def test_a_put_into_a_settled_namespace_leaves_its_entry_as_it_was(
+    make_store: Any, layout: int
+) -> None:
+    store = make_store()
+    store.put(NS, "a", {"v": 1})
+    if layout == 2:
+        _as_layout_2(store)
+        store = make_store()
+        store.setup()
+    assert store.list_namespaces() == [NS]  # settles the new entry
+    before = _entry(store)
+    store.put(NS, "b", {"v": 2})
+    store.put(NS, "a", {"v": 3})
+    after = _entry(store)
+    if layout == 3:
+        assert after == before
+    else:
+        assert after.pop("version") != before.pop("version")
+        assert after == before
+    assert store.list_namespaces() == [NS]
+
+
+def test_a_quiet_put_moves_the_version_of_a_claimed_entry(make_store: Any) -> None:
+    """A listing claims the flagged entry; a put lands before its probe: the put's new
+    ``version`` stops the listing's settle, and the next listing settles the entry."""
+    store = make_store()
+    store.setup()
+    store.put(NS, "a", {"v": 1})
+    lister = Stepper(_operation(store, [LISTING]))
+    lister.step(store.collections)  # the page: the entry is flagged
+    lister.step(store.collections)  # the claim
+    claimed = _entry(store)
+    assert claimed["claimed"] is True and claimed["recheck"] is True
+    store.put(NS, "b", {"v": 2})
+    moved = _entry(store)
+    assert moved["version"] != claimed["version"] and moved["claimed"] is False
+    while not lister.done:
+        lister.step(store.collections)
+    assert lister.result[0] == [NS]
+    assert _entry(store)["recheck"] is True  # the settle did not land
+    assert store.list_namespaces() == [NS]
+    assert _entry(store)["recheck"] is False
+
+
+class Replies(CommandListener):
+    """The ``nModified`` of every ``update`` command."""
+
+    def __init__(self) -> None:
+        self.modified: list[int] = []
+
+    def started(self, event: Any) -> None:
+        pass
+
+    def succeeded(self, event: Any) -> None:
+        if event.command_name == "update":
+            self.modified.append(event.reply["nModified"])
+
+    def failed(self, event: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def wire_store(db_name: str) -> Iterator[tuple[MongoDBStore, Replies]]:
+    replies = Replies()
+    client: MongoClient[Any] = MongoClient(
+        uri_for("wire"), directConnection=True, event_listeners=[replies]
+    )
+    store = MongoDBStore(client, db_name)
+    store.setup()
+    yield store, replies
+    client.drop_database(db_name)
+    client.close()
+
+
+@pytest.mark.parametrize("layout", [3, 2])
+def test_the_server_writes_one_document_for_a_quiet_put(
+    wire_store: tuple[MongoDBStore, Replies], layout: int
+) -> None:
+    """On the wire server: a put over an item of a settled namespace modifies the item
+    only on layout 3, the item and its entry on layout 2."""
+    store, replies = wire_store
+    store.put(NS, "a", {"v": 1})
+    if layout == 2:
+        _as_layout_2(store)
+        store = MongoDBStore(store.client, store.db.name)
+        store.setup()
+    store.list_namespaces()
+    replies.modified.clear()
+    store.put(NS, "a", {"v": 2})
+    assert replies.modified == [1 if layout == 3 else 2]
+
+
+def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) -> None:
+    store = MongoDBStore(client, db_name, collection_name="memories")
+    store.put(NS, "a", {"v": 1})
+    _as_layout_2_of(store, "memories")
+    refused = invoke(client, "upgrade", "--db", db_name, "--store", "system.x")
+    assert refused.exit_code == 2 and "is not a MongoDB collection name" in refused.output
+    result = invoke(client, "upgrade", "--db", db_name, "--store", "memories")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{db_name}.memories: layout version 2 -> version 3"
+    later = MongoDBStore(client, db_name, collection_name="memories")
+    later.setup()
+    assert later.ops.quiet and later.list_namespaces() == [NS]
+    client.drop_database(db_name)
