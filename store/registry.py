@@ -110,21 +110,28 @@ def _entry_request(
     pipeline yields the entry as it was: the server writes nothing."""
     until = _naive(latest)
     stored = {"$ifNull": [f"${UNTIL}", _EPOCH]}
-    reasons: list[Any] = [{"$eq": ["$recheck", True]}, {"$lt": [stored, until]}]
+    reasons: list[Any] = ["$recheck", {"$lt": [stored, until]}]
     if earliest is not None:
         reasons.append({"$gt": [stored, _naive(earliest)]})
-    fresh = {"$literal": new_version()}
+    fresh = new_version()
     version: Any = fresh
     if quiet:
-        version = {"$cond": [{"$eq": ["$claimed", True]}, fresh, {"$ifNull": ["$version", fresh]}]}
+        version = {"$cond": [f"${CLAIMED}", fresh, {"$ifNull": ["$version", fresh]}]}
     fields = {
         "recheck": {"$or": reasons},
         UNTIL: {"$max": [f"${UNTIL}", until]},
         "version": version,
-        CLAIMED: {"$literal": False},
-        **{name: {"$literal": value} for name, value in _identity(namespace).items()},
+        CLAIMED: False,
+        **{name: _constant(value) for name, value in _identity(namespace).items()},
     }
     return UpdateOne({"_id": entry_id(joined(namespace))}, [{"$set": fields}], upsert=True)
+
+
+def _constant(value: Any) -> Any:
+    """``value`` in an aggregation expression: as it is, unless a string of it would read
+    as a field path (``$``): then ``$literal`` (the bytes of every put count)."""
+    strings = value if isinstance(value, list) else [value]
+    return {"$literal": value} if any(s.startswith("$") for s in strings) else value
 
 
 def _identity(namespace: Sequence[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pymongo.monitoring import CommandListener
 
 from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, store_key
 from mongo_ckpt.store import MongoDBStore, registry
-from mongo_ckpt.store.namespaces import joined
+from mongo_ckpt.store.namespaces import joined, prefixes
 from tests.backends import uri_for
 from tests.test_cli_migrate import invoke
 from tests.test_store_registry import LISTING, Stepper, _operation
@@ -171,3 +171,19 @@ def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) 
     later.setup()
     assert later.ops.quiet and later.list_namespaces() == [NS]
     client.drop_database(db_name)
+
+
+@pytest.mark.parametrize("namespace", [("$users", "a"), ("users", "$a", "$$b"), ("a$", "b")])
+def test_labels_that_read_as_field_paths_are_stored_as_given(
+    make_store: Any, namespace: tuple[str, ...]
+) -> None:
+    """The entry's pipeline writes a label starting with ``$`` as a string, not as the
+    field it would name in an expression."""
+    store = make_store()
+    store.put(namespace, "k", {"v": 1})
+    store.put(namespace, "j", {"v": 2})
+    assert store.list_namespaces() == [namespace]
+    entry = store.collections["store"].find_one({"_id": registry.entry_id(joined(namespace))})
+    assert entry["namespace"] == list(namespace)
+    assert entry[registry.LEVELS] == prefixes(namespace)
+    assert entry[registry.LISTED] == joined(namespace)

@@ -125,11 +125,12 @@ async def test_graph_run_spans(api: Api, tracing: Tracing, exporter: InMemorySpa
     store_spans = [s for s in spans if s.name.startswith("mongo_ckpt.store.")]
     assert sum(s.attributes["mongo_ckpt.round_trips"] for s in store_spans) == total(store_calls)
 
-    # The note itself went out in the put that stored it, and came back in the search.
+    # The note itself went out in the put that stored it, and came back in the search. A
+    # put also sends its namespace's registry entry: an update pipeline of about 400 bytes.
     put_bytes = [
         s.attributes["mongo_ckpt.bytes_written"] for s in named(exporter, "mongo_ckpt.store.put")
     ]
-    assert put_bytes[0] < 1_000 < len(NOTE) < put_bytes[1] < len(NOTE) + 1_000
+    assert put_bytes[0] < 1_500 < len(NOTE) < put_bytes[1] < len(NOTE) + 1_500
     search_bytes = [
         s.attributes["mongo_ckpt.bytes_read"] for s in named(exporter, "mongo_ckpt.store.search")
     ]
