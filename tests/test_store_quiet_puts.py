@@ -7,6 +7,7 @@ both layouts, and of the previous release's listing beside this release's puts, 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.monitoring import CommandListener
 
+from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, store_key
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.namespaces import joined, prefixes
@@ -167,9 +169,39 @@ def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) 
     result = invoke(client, "upgrade", "--db", db_name, "--store", "memories")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"{db_name}.memories: layout version 2 -> version 3"
+    again = invoke(client, "upgrade", "--db", db_name, "--store", "memories", "--json")
+    assert json.loads(again.output) == {
+        "command": "upgrade", "db": db_name, "status": "done", "collection": "memories",
+        "before": 3, "after": 3,
+    }
     later = MongoDBStore(client, db_name, collection_name="memories")
     later.setup()
     assert later.ops.quiet and later.list_namespaces() == [NS]
+    client.drop_database(db_name)
+
+
+def test_mongo_ckpt_upgrade_store_refuses_what_is_not_a_store(client: Any, db_name: str) -> None:
+    """A collection name with a typo, the checkpointer's collection, a newer layout: a
+    message and nothing written."""
+    saver = MongoDBSaver(client, db_name)
+    saver.setup()
+    saver.collections["checkpoints"].insert_one({"thread_id": "t", "checkpoint_id": "1"})
+    typo = invoke(client, "upgrade", "--db", db_name, "--store", "memries", "--json")
+    assert typo.exit_code == 3
+    assert json.loads(typo.output)["collection"] == "memries"
+    assert "memries" not in client[db_name].list_collection_names()
+    foreign = invoke(client, "upgrade", "--db", db_name, "--store", "checkpoints")
+    assert foreign.exit_code == 1 and "Traceback" not in foreign.output
+    assert "holds the checkpoints of the mongo-ckpt checkpointer" in foreign.output
+    assert read_version(client[db_name], store_key("checkpoints")) is None
+    store = MongoDBStore(client, db_name)
+    store.put(NS, "a", {"v": 1})
+    client[db_name][SCHEMA_COLLECTION].update_one(
+        {"_id": store_key("store")}, {"$set": {"version": 9}}
+    )
+    newer = invoke(client, "upgrade", "--db", db_name, "--store", "store")
+    assert newer.exit_code == 1 and "layout version 9" in newer.output
+    assert read_version(client[db_name], store_key("store")) == 9
     client.drop_database(db_name)
 
 

@@ -23,9 +23,17 @@ from mongo_ckpt.cli.options import (
     saver_on,
     target_options,
 )
-from mongo_ckpt.cli.output import DONE, ERROR, NOTHING_MATCHED, console, emit_json
+from mongo_ckpt.cli.output import (
+    DONE,
+    ERROR,
+    NOTHING_MATCHED,
+    NothingMatched,
+    console,
+    emit_json,
+)
 from mongo_ckpt.cli.store_migrate import migrate_store
 from mongo_ckpt.connection import DEFAULT_DB_NAME
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.migration import (
     DEFAULT_BATCH,
     Source,
@@ -292,21 +300,43 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 @target_options
 def upgrade(target: Target, store_collection: str | None) -> int:
     """Run ``saver.upgrade()`` (or ``store.upgrade()``) and report the versions."""
-    if store_collection is None:
-        key = saver_key(target.layout.checkpoints)
-    else:
-        key = store_key(store_collection)
+    if store_collection is not None:
+        return _upgrade_store(target, store_collection)
+    key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        if store_collection is None:
-            saver_on(client, target).upgrade()
-        else:
-            MongoDBStore(client, target.db, collection_name=store_collection).upgrade()
+        saver_on(client, target).upgrade()
         after = read_version(client[target.db], key)
     if target.json:
         emit_json(target.db, {"before": before, "after": after})
     else:
         was = "unversioned" if before is None else f"version {before}"
-        where = target.db if store_collection is None else f"{target.db}.{store_collection}"
-        click.echo(f"{where}: layout {was} -> version {after}")
+        click.echo(f"{target.db}: layout {was} -> version {after}")
+    return 0
+
+
+def _upgrade_store(target: Target, collection: str) -> int:
+    """``store.upgrade()`` on ``collection``, which must hold a store's data."""
+    key = store_key(collection)
+    with open_client(target) as client:
+        db = client[target.db]
+        before = read_version(db, key)
+        if before is None and db[collection].find_one({}, {"_id": 1}) is None:
+            raise NothingMatched(
+                f"database {target.db!r} has no store collection {collection!r}: nothing to "
+                "upgrade (a new store records the current layout version when it is set up)",
+                target.db,
+                target.json,
+                {"collection": collection},
+            )
+        try:
+            MongoDBStore(client, target.db, collection_name=collection).upgrade()
+        except MongoCkptError as exc:  # another layout, a newer one, a reserved name
+            raise click.ClickException(str(exc)) from None
+        after = read_version(db, key)
+    if target.json:
+        emit_json(target.db, {"collection": collection, "before": before, "after": after})
+    else:
+        was = "unversioned" if before is None else f"version {before}"
+        click.echo(f"{target.db}.{collection}: layout {was} -> version {after}")
     return 0
