@@ -25,11 +25,11 @@ A listing settles the flagged entries it meets: it claims them (a ``version`` of
 entry, when no item is left) only if the ``version`` is still its own. Every write that
 lands after the claim moves the ``version``, so a put or delete whose item the probe may
 have missed is never lost: a delete always; a put (or refresh) when the entry is claimed,
-and, until the store's layout version is ``QUIET_PUTS_VERSION``, always, since a release
-before it settles without claiming (conditional on the version it read). So from that
-version on, a put into a namespace whose entry needs no raise and no flag changes nothing
-in it. Versions are random, not counted: an entry removed and created again never takes
-a version a listing claimed before.
+and, until the store's layout version is ``schema.STORE_QUIET_PUTS_VERSION``, always,
+since a release before it settles without claiming (conditional on the version it read).
+So from that version on, a put into a namespace whose entry needs no raise and no flag
+changes nothing in it. Versions are random, not counted: an entry removed and created
+again never takes a version a listing claimed before.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def put_request(
     """After the puts of a batch into ``namespace`` (each item's expiry, ``FOREVER`` for
     none): the entry raised to the latest, created if missing; flagged when one of them
     is earlier than the entry's expiry (an overwrite may have shortened the latest).
-    ``quiet``: the ``version`` moves only when the entry is claimed (``QUIET_PUTS_VERSION``)."""
+    ``quiet`` (from ``schema.STORE_QUIET_PUTS_VERSION``): the ``version`` moves only when
+    the entry is claimed."""
     expiries = list(expiries)
     earliest = min(expiries)
     latest, shortest = max(expiries), (earliest if earliest < FOREVER else None)
