@@ -20,6 +20,12 @@ With ``--put-shapes`` it measures what one 1,000-put ``bulk_write`` costs the wi
 server (process CPU time) by write shape (inserts, plain upserts, update pipelines) and by
 the indexes on the collection: where the ingestion time goes.
 
+With ``--registry-writes`` it measures what the registry's writes add to one batch of 1,000
+inserts into 10, 100 and 500 namespaces (the batches of the scaled benchmark at 1k, 10k and
+50k items), on a collection with the store's indexes whose entries already exist: the
+store's entry statement per namespace, against one document naming the batch's namespaces
+and expiries (a design the store does not use: timing only).
+
 With ``--ingest-indexes 10000,50000`` it fills each store to that size as ``--scale`` does
 and reports the median CPU time of its 1,000-put batches, for mongo-ckpt also with some of
 its secondary indexes dropped: what each costs the ingestion.
@@ -36,6 +42,7 @@ Run from the repository root (not collected by pytest)::
     python tests/perf/bench_store.py [--backend mock|wire|both] [--repeat 20] [--write]
     python tests/perf/bench_store.py --scale 1000,10000 [--backend wire] [--write]
     python tests/perf/bench_store.py --put-shapes [--repeat 5] [--write]
+    python tests/perf/bench_store.py --registry-writes [--repeat 5] [--write]
     python tests/perf/bench_store.py --ingest-indexes 10000,50000 [--write]
 
 ``--write`` puts the table into docs/store.md between its benchmark markers.
@@ -62,9 +69,10 @@ sys.path.insert(0, str(REPO))
 import mongomock  # noqa: E402
 from langgraph.store.base import GetOp, Op, PutOp, SearchOp  # noqa: E402
 from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
-from pymongo import IndexModel, MongoClient, UpdateOne, monitoring  # noqa: E402
+from pymongo import IndexModel, InsertOne, MongoClient, UpdateOne, monitoring  # noqa: E402
 
 from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
+from mongo_ckpt.store.namespaces import joined as namespace_of  # noqa: E402
 from tests import backends as test_backends  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
@@ -73,6 +81,8 @@ DOC = REPO / "docs" / "store.md"
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
 SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
 SHAPES_BEGIN, SHAPES_END = "<!-- bench_store_shapes:begin -->", "<!-- bench_store_shapes:end -->"
+REGISTRY_BEGIN = "<!-- bench_store_registry:begin -->"
+REGISTRY_END = "<!-- bench_store_registry:end -->"
 VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
 INDEXES_BEGIN = "<!-- bench_store_indexes:begin -->"
 INDEXES_END = "<!-- bench_store_indexes:end -->"
@@ -534,6 +544,68 @@ def put_shapes(repeat: int) -> str:
     return "\n".join(lines)
 
 
+def registry_writes(repeat: int) -> str:
+    """Process CPU time of one ordered ``bulk_write`` of 1,000 inserts into ``n``
+    namespaces, alone and with the registry's writes, on a collection with the store's
+    indexes where the ``n`` entries already exist (the steady state of an ingestion)."""
+    embeddings = FakeEmbeddings()
+    lines = [
+        "| namespaces in the batch | writes after the 1,000 inserts | median CPU ms |",
+        "|---:|---|---:|",
+    ]
+    client: MongoClient = MongoClient(wire_uri(), directConnection=True)
+    collection = client["bench_registry_writes"]["c"]
+
+    def inserts(spaces: list[tuple[str, ...]], round_: int, now: Any) -> list[Any]:
+        fields = [
+            documents.item_fields(
+                spaces[i % len(spaces)],
+                f"m{round_}-{i}",
+                value(i),
+                None,
+                [("text", embeddings.embed_query(value(i)["text"]))],
+                False,
+                None,
+                now,
+            )
+            for i in range(INGEST_BATCH)
+        ]
+        return [documents.insert_request(f, now) for f in fields]
+
+    def entries(spaces: list[tuple[str, ...]], round_: int) -> list[Any]:
+        return [registry.put_request(ns, [documents.FOREVER], quiet=True) for ns in spaces]
+
+    def one_document(spaces: list[tuple[str, ...]], round_: int) -> list[Any]:
+        named = [[namespace_of(ns), documents.FOREVER] for ns in spaces]
+        return [InsertOne({"_id": f"batch:{round_}", "ns": f"batch:{round_}", "named": named})]
+
+    writes: list[tuple[str, Callable[[list[tuple[str, ...]], int], list[Any]]]] = [
+        ("none", lambda spaces, round_: []),
+        ("one entry statement per namespace (the store's)", entries),
+        ("one document naming the namespaces (timing only)", one_document),
+    ]
+    try:
+        for count in (10, 100, 500):
+            spaces = [user_ns(u) for u in range(count)]
+            for label, after in writes:
+                collection.drop()
+                collection.create_indexes([*documents.index_models(), *registry.index_models()])
+                collection.bulk_write(entries(spaces, 0))
+                samples = []
+                for round_ in range(repeat):
+                    now = documents.utc_now()
+                    requests = [*inserts(spaces, round_, now), *after(spaces, round_)]
+                    started = time.process_time()
+                    collection.bulk_write(requests, ordered=True)
+                    samples.append((time.process_time() - started) * 1000)
+                lines.append(f"| {count} | {label} | {statistics.median(samples):.0f} |")
+                print(lines[-1], flush=True)
+    finally:
+        client.drop_database("bench_registry_writes")
+        client.close()
+    return "\n".join(lines)
+
+
 # mongo-ckpt's store with some of its secondary indexes dropped after setup: what each
 # costs a batch of the scaled benchmark's puts (the listings and searches they serve are
 # not run).
@@ -592,6 +664,11 @@ def main() -> None:
         help="CPU time of 1,000 upserts on the wire server by update shape and indexes",
     )
     parser.add_argument(
+        "--registry-writes",
+        action="store_true",
+        help="CPU time the registry's writes add to 1,000 inserts on the wire server",
+    )
+    parser.add_argument(
         "--vector-memory",
         help="comma-separated namespace sizes: exact vector search time and client memory",
     )
@@ -612,6 +689,15 @@ def main() -> None:
         print(text)
         if args.write:
             write(text, SHAPES_BEGIN, SHAPES_END)
+        return
+    if args.registry_writes:
+        try:
+            text = registry_writes(args.repeat)
+        finally:
+            stop_wire()
+        print(text)
+        if args.write:
+            write(text, REGISTRY_BEGIN, REGISTRY_END)
         return
     if args.ingest_indexes:
         try:
