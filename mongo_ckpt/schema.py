@@ -69,12 +69,15 @@ LIST_DELTAS_VERSION = 4
 SLIM_DOCUMENTS_VERSION = 5
 # The recorded saver version from which values may be stored compressed.
 COMPRESSED_VALUES_VERSION = 6
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 # The highest store version ``setup()`` raises existing data to by itself: a release that
 # reads version 2 settles registry entries without claiming them, which quiet puts need.
 STORE_SETUP_VERSION = 2
 # The recorded store version from which a put may leave an unclaimed entry as it was.
 STORE_QUIET_PUTS_VERSION = 3
+# The recorded store version from which a batch may name its namespaces in one batch
+# document, which releases before it would not list.
+STORE_BATCH_DOCUMENTS_VERSION = 4
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000

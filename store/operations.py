@@ -128,6 +128,10 @@ class StoreOperations:
         # Whether puts leave a registry entry that needs no change unwritten: the recorded
         # layout version says no release that settles without claiming writes here.
         self.quiet = False
+        # Whether a batch into many namespaces names them in one batch document: the
+        # recorded layout version says every process writing here folds them.
+        self.batched = False
+        self.batch_from = registry.BATCH_FROM  # namespaces in a batch that make it many
 
     # -- setup ----------------------------------------------------------------
 
@@ -149,6 +153,7 @@ class StoreOperations:
             found = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
             yield from schema.record(key, {STORE: collection_name}, found)
         self.quiet = found >= schema.STORE_QUIET_PUTS_VERSION
+        self.batched = found >= schema.STORE_BATCH_DOCUMENTS_VERSION
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -169,10 +174,11 @@ class StoreOperations:
 
     def upgrade(self, collection_name: str) -> Operation[None]:
         """After ``setup``: the current layout version recorded, since every process writing
-        the collection settles registry entries by claiming them, so puts may be quiet."""
+        the collection settles registry entries by claiming them and folds batch documents,
+        so puts may be quiet and batches may send batch documents."""
         key = schema.store_key(collection_name)
         yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
-        self.quiet = True
+        self.quiet = self.batched = True
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
@@ -349,8 +355,17 @@ class StoreOperations:
             return reading.namespaces(grouped)
         live: dict[str, bool] = {}  # flagged entries probed by this listing: live or not
         wanted = op.offset + op.limit
+        folded = False
         while True:
             groups = yield from aggregate(STORE, registry.listing_pipeline(op, now, wanted))
+            read = len(groups)
+            batches = [group for group in groups if group["_id"] == registry.BATCHES]
+            if batches and not folded:
+                # Once: batch documents written since are of puts this listing overlaps.
+                folded = True
+                yield from self._fold()
+                continue
+            groups = [group for group in groups if group["_id"] != registry.BATCHES]
             unknown = {
                 entry
                 for group in groups
@@ -366,9 +381,17 @@ class StoreOperations:
                 for group in groups
                 if group["unflagged"] or any(live.get(e, False) for e in group["flagged"])
             ]
-            if len(groups) < wanted or len(listed) >= wanted:
+            if read < wanted or len(listed) >= wanted:
                 return [split(ns) for ns in listed[op.offset : wanted]]
             wanted += wanted - len(listed)  # some groups turned out empty: read further
+
+    def _fold(self) -> Operation[None]:
+        """The batch documents stored, folded into the registry's entries (one ``find``,
+        one ``bulk_write``)."""
+        batches = yield from find(STORE, registry.BATCHES_QUERY)
+        if batches:
+            requests = registry.fold_requests(batches, quiet=self.quiet)
+            yield from bulk_write(STORE, requests, ordered=True)
 
     def _settle(self, entries: Sequence[str], now: datetime) -> Operation[dict[str, bool]]:
         """Claim flagged registry entries (one ``bulk_write``), probe their items (one
@@ -450,9 +473,11 @@ class StoreOperations:
         for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-        after = [
+        after: list[WriteRequest] = [
             registry.put_request(ns, untils, quiet=self.quiet) for ns, untils in expiries.items()
         ]
+        if self.batched and len(expiries) >= self.batch_from:
+            after = [*registry.batch_requests(expiries)]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:

@@ -30,21 +30,35 @@ since a release before it settles without claiming (conditional on the version i
 So from that version on, a put into a namespace whose entry needs no raise and no flag
 changes nothing in it. Versions are random, not counted: an entry removed and created
 again never takes a version a listing claimed before.
+
+From layout version ``schema.STORE_BATCH_DOCUMENTS_VERSION`` on, a batch putting into
+``BATCH_FROM`` namespaces or more sends, instead of their entry statements, one batch
+document naming them with their expiries (one statement, whatever the number of
+namespaces)::
+
+    {_id: "batch:<random>", ns: NUL NUL "batch:<random>", listed: BATCHES, levels: [BATCHES],
+     listed_until: FOREVER, named: [[labels, latest expiry, earliest expiry], ...]}
+
+Every listing meets batch documents first (``BATCHES`` sorts before every namespace) and,
+before it reads the entries, folds them: it sends the entry statements their puts left to
+it, then deletes them (``fold_requests``). A put's entry statement landing after other
+calls, or again, is what the protocol above allows already, so a batch document folded
+late, or twice by two listings, leaves the entries as the puts' own statements would.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.store.base import ListNamespacesOp
-from pymongo import ASCENDING, DeleteOne, IndexModel, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DeleteOne, IndexModel, InsertOne, UpdateMany, UpdateOne
 
 from mongo_ckpt.store.documents import FOREVER
 from mongo_ckpt.store.namespaces import SEPARATOR, joined, match_clauses, prefixes
-from mongo_ckpt.store.reading import ONLY_ITEMS, all_of
+from mongo_ckpt.store.reading import ONLY_ITEMS, all_of, utc
 
 LISTED = "listed"
 LEVELS = "levels"
@@ -52,6 +66,12 @@ LABELS = "namespace"
 UNTIL = "listed_until"
 CLAIMED = "claimed"
 _ID_PREFIX = "namespace:"
+BATCHES = SEPARATOR + "batches"
+"""The ``listed`` value and only level of batch documents: no namespace's (labels have no
+NUL), and before every namespace in a listing's order."""
+BATCH_FROM = 8
+"""Namespaces a batch puts into from which it names them in one batch document: below,
+an entry statement each costs the put little and spares the next listing the fold."""
 # FOREVER inside expressions, naive as drivers return stored dates (BSON dates are UTC):
 # mongomock cannot compare it with stored dates otherwise.
 _NEVER = FOREVER.replace(tzinfo=None)
@@ -151,6 +171,51 @@ def _naive(moment: datetime) -> datetime:
     return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
+BATCH_BYTES = 4 * 1024 * 1024
+"""About the most a batch document names, in bytes of labels: far below the 16 MiB a
+document may hold."""
+
+
+def batch_requests(
+    expiries: Mapping[tuple[str, ...], Sequence[datetime]],
+) -> list[InsertOne[Any]]:
+    """After the puts of a batch (each item's expiry by namespace, ``FOREVER`` for none):
+    a document naming each namespace with its latest and earliest expiry, for listings to
+    fold into the entries; one more for every ``BATCH_BYTES`` of labels."""
+    documents: list[list[Any]] = [[]]
+    size = 0
+    for ns, untils in expiries.items():
+        named = sum(len(label.encode()) + 16 for label in ns) + 64
+        if size + named > BATCH_BYTES and documents[-1]:
+            documents.append([])
+            size = 0
+        documents[-1].append([list(ns), max(untils), min(untils)])
+        size += named
+    return [_batch_document(named) for named in documents]
+
+
+def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
+    token = f"batch:{new_version()}"
+    document = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES, LEVELS: [BATCHES]}
+    document[UNTIL] = FOREVER  # for listings without a prefix too, on ``registry_until``
+    return InsertOne({**document, "named": named})
+
+
+BATCHES_QUERY = {LEVELS: BATCHES}
+
+
+def fold_requests(batches: Sequence[Mapping[str, Any]], *, quiet: bool) -> list[Any]:
+    """The entry statements the puts of ``batches`` (batch documents) left to a listing,
+    one per namespace (the same as one per put: raised to the latest, flagged by the
+    earliest), then the batch documents deleted: cut in between, they are folded again."""
+    expiries: dict[tuple[str, ...], list[datetime]] = {}
+    for batch in batches:
+        for labels, latest, earliest in batch["named"]:
+            expiries.setdefault(tuple(labels), []).extend([utc(latest), utc(earliest)])
+    entries = [put_request(ns, untils, quiet=quiet) for ns, untils in expiries.items()]
+    return [*entries, *(DeleteOne({"_id": batch["_id"]}) for batch in batches)]
+
+
 def delete_request(joined_namespace: str) -> UpdateOne:
     """After deleting items of a namespace: the entry may now be too high, so flag it, with
     a new ``version``: a listing that claimed it before must not write what it found."""
@@ -158,21 +223,33 @@ def delete_request(joined_namespace: str) -> UpdateOne:
     return UpdateOne({"_id": entry_id(joined_namespace)}, update)
 
 
-def listing_query(op: ListNamespacesOp, now: datetime) -> dict[str, Any]:
+def listing_matches(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
+    """Two ``$match`` stages: entries by an index (``registry_levels`` on the first
+    leading level of a prefix, else the live ones on ``registry_until``) with the batch
+    documents (their level beside the prefix's, their ``listed_until`` never passing);
+    then the whole conditions, which batch documents pass. SecantusDB plans neither an
+    ``$or`` nor an ``$in`` beside a range on an index."""
     clauses = match_clauses(op.match_conditions or (), levels=LEVELS, labels=LABELS)
-    return all_of([*clauses, {UNTIL: {"$gt": now}}])
+    live = {UNTIL: {"$gt": now}}
+    level = next((c[LEVELS] for c in clauses if list(c) == [LEVELS]), None)
+    indexed = live if level is None else {LEVELS: {"$in": [level, BATCHES]}}
+    return [
+        {"$match": indexed},
+        {"$match": {"$or": [{LISTED: BATCHES}, all_of([*clauses, live])]}},
+    ]
 
 
 def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[dict[str, Any]]:
     """The first ``wanted`` distinct namespaces (truncated to ``max_depth``, sorted like
-    tuples) of live entries; ``flagged`` lists a group's flagged entries, and a group is
-    ``certain`` when one of its entries is not flagged."""
+    tuples) of live entries, after a group ``BATCHES`` where batch documents are left to
+    fold; ``flagged`` lists a group's flagged entries, and ``unflagged`` is 1 when one of
+    its entries is not flagged."""
     key: Any = f"${LISTED}"
     if op.max_depth is not None:
         key = {"$arrayElemAt": [{"$slice": [f"${LEVELS}", op.max_depth]}, -1]}
     is_flagged = {"$eq": ["$recheck", True]}
     return [
-        {"$match": listing_query(op, now)},
+        *listing_matches(op, now),
         {
             "$group": {
                 "_id": key,

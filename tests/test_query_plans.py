@@ -30,12 +30,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.store.base import PutOp
 from pymongo import MongoClient
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import Layout, index_models
-from mongo_ckpt.store import MongoDBStore
+from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import index_models as store_index_models
 from mongo_ckpt.store.registry import index_models as registry_index_models
 from tests.backends import MONGODB_URI, uri_for
@@ -230,10 +231,13 @@ def run_hot_paths(db: Any, recorder: Recorder) -> list[str]:
     store.setup()
     for user in range(3):
         store.put(("users", str(user), "memories"), "seed", {"kind": "fact", "n": user})
+    # Inserts only (nothing planned): a batch document for the next listing to fold.
+    store.batch([PutOp(("users", str(u), "notes"), "n", {}) for u in range(registry.BATCH_FROM)])
     store_steps = {
         "store put": lambda: store.put(("users", "1", "memories"), "k", {"kind": "fact"}),
         "store get": lambda: store.get(("users", "1", "memories"), "k"),
         "store search filter": lambda: store.search(("users", "1"), filter={"kind": "fact"}),
+        "store list_namespaces folding": lambda: store.list_namespaces(prefix=("users",)),
         "store list_namespaces": lambda: store.list_namespaces(prefix=("users",), max_depth=2),
         "store delete": lambda: store.delete(("users", "1", "memories"), "k"),
         "store TTL sweep": store.sweep_ttl,

@@ -16,7 +16,7 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 from pymongo import DeleteMany, DeleteOne, InsertOne
 from pymongo.monitoring import CommandListener
 
-from mongo_ckpt.store import MongoDBStore
+from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store import documents as store_documents
 from tests.backends import count_calls, sync_client, uri_for
 
@@ -140,17 +140,28 @@ def test_single_operations_are_one_command_each(counted: tuple[MongoDBStore, Any
     ]
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batch documents", "entry statements"])
 def test_a_listing_settles_every_flagged_namespace_in_two_commands(
-    counted: tuple[MongoDBStore, Any],
+    counted: tuple[MongoDBStore, Any], batched: bool
 ) -> None:
     """Ten namespaces flagged (new ones, one emptied, TTL puts raising their entries): the
     listing claims them all in one ``update``, probes them in one ``aggregate`` and writes
     them back in one bulk write (an ``update`` and a ``delete`` command), whatever their
-    number."""
+    number. A batch into that many namespaces is one command, its items and its batch
+    document; the listing folds batch documents first (a ``find``, then one bulk write: the
+    entries' ``update`` and the batch documents' ``delete``). Before layout version 4 the
+    batch sends an entry statement per namespace instead (an ``update`` command more)."""
     store, listener = counted
+    store.setup()
+    store.ops.batched = batched
+    folding = ["aggregate", "find", "update", "delete"] if batched else []
     names = [("users", f"{i}") for i in range(10)]
-    store.batch([PutOp(ns, "k", {"v": 0}) for ns in names])
+    batch = [PutOp(ns, "k", {"v": 0}) for ns in names]
+    assert _commands(store, listener, lambda: store.batch(batch)) == (
+        ["insert"] if batched else ["insert", "update"]
+    )
     assert _commands(store, listener, lambda: store.list_namespaces()) == [
+        *folding,
         "aggregate",
         "update",
         "aggregate",
@@ -160,6 +171,7 @@ def test_a_listing_settles_every_flagged_namespace_in_two_commands(
     raising = [PutOp(ns, "t", {"v": 1}, ttl=5) for ns in names[:9]]
     store.batch([*raising, PutOp(names[9], "k", None)])
     assert _commands(store, listener, lambda: store.list_namespaces()) == [
+        *folding,
         "aggregate",
         "update",
         "aggregate",
@@ -231,6 +243,12 @@ def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_aga
     small = [PutOp(ns, f"s{i}", {"v": i}) for i in range(size - 1)]
     assert _commands(store, listener, lambda: store.batch(small)) == ["update"]
     assert calls[bulk_writes] == 1
+    # Into BATCH_FROM namespaces: one batch document instead of their entries, in the
+    # items' command (and, after a stored item refuses its insert, in the upserts').
+    wide = [PutOp(("wide", f"n{i}"), "k", {"v": i}) for i in range(registry.BATCH_FROM)]
+    assert _commands(store, listener, lambda: store.batch(wide)) == ["insert"]
+    assert _commands(store, listener, lambda: store.batch(wide)) == ["insert", "update", "insert"]
+    assert store.list_namespaces(prefix=("wide",)) == [op.namespace for op in wide]
     store.collections["store"] = inner
     items = {item.key: item for item in store.search(ns, limit=100)}
     expected = {f"k{i}": i for i in range(10, 10 + size)} | {f"k{i}": -i for i in range(size)}
@@ -239,4 +257,4 @@ def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_aga
     assert items["k5"].created_at == stored.created_at
     assert items["k5"].updated_at > stored.updated_at
     assert items["k0"].created_at == items["k0"].updated_at
-    assert store.list_namespaces() == [ns]
+    assert store.list_namespaces() == [ns, *(op.namespace for op in wide)]

@@ -16,7 +16,7 @@ from pymongo import MongoClient
 from pymongo.monitoring import CommandListener
 
 from mongo_ckpt import MongoDBSaver
-from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, store_key
+from mongo_ckpt.schema import SCHEMA_COLLECTION, STORE_SCHEMA_VERSION, read_version, store_key
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.namespaces import joined, prefixes
 from tests.backends import uri_for
@@ -51,23 +51,23 @@ def test_a_new_collection_has_quiet_puts_and_existing_data_waits_for_upgrade(
 ) -> None:
     store = make_store()
     store.setup()
-    assert (_layout(store), store.ops.quiet) == (3, True)
+    assert (_layout(store), store.ops.quiet) == (STORE_SCHEMA_VERSION, True)
     store.put(NS, "a", {"v": 1})
     _as_layout_2(store)
     beside = make_store()
     beside.setup()
     assert (_layout(beside), beside.ops.quiet) == (2, False)
     beside.upgrade()
-    assert (_layout(beside), beside.ops.quiet) == (3, True)
+    assert (_layout(beside), beside.ops.quiet) == (STORE_SCHEMA_VERSION, True)
     later = make_store()
     later.setup()
     assert later.ops.quiet
     assert later.list_namespaces() == [NS]
     beside.upgrade()  # idempotent
-    assert _layout(beside) == 3
+    assert _layout(beside) == STORE_SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("layout", [3, 2])
+@pytest.mark.parametrize("layout", [STORE_SCHEMA_VERSION, 2])
 def test_a_put_into_a_settled_namespace_leaves_its_entry_as_it_was(
     make_store: Any, layout: int
 ) -> None:
@@ -82,7 +82,7 @@ def test_a_put_into_a_settled_namespace_leaves_its_entry_as_it_was(
     store.put(NS, "b", {"v": 2})
     store.put(NS, "a", {"v": 3})
     after = _entry(store)
-    if layout == 3:
+    if layout != 2:
         assert after == before
     else:
         assert after.pop("version") != before.pop("version")
@@ -142,12 +142,12 @@ def wire_store(db_name: str) -> Iterator[tuple[MongoDBStore, Replies]]:
     client.close()
 
 
-@pytest.mark.parametrize("layout", [3, 2])
+@pytest.mark.parametrize("layout", [STORE_SCHEMA_VERSION, 2])
 def test_the_server_writes_one_document_for_a_quiet_put(
     wire_store: tuple[MongoDBStore, Replies], layout: int
 ) -> None:
     """On the wire server: a put over an item of a settled namespace modifies the item
-    only on layout 3, the item and its entry on layout 2."""
+    only from layout 3 on, the item and its entry on layout 2."""
     store, replies = wire_store
     store.put(NS, "a", {"v": 1})
     if layout == 2:
@@ -157,7 +157,7 @@ def test_the_server_writes_one_document_for_a_quiet_put(
     store.list_namespaces()
     replies.modified.clear()
     store.put(NS, "a", {"v": 2})
-    assert replies.modified == [1 if layout == 3 else 2]
+    assert replies.modified == [1 if layout != 2 else 2]
 
 
 def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) -> None:
@@ -168,11 +168,12 @@ def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) 
     assert refused.exit_code == 2 and "is not a MongoDB collection name" in refused.output
     result = invoke(client, "upgrade", "--db", db_name, "--store", "memories")
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"{db_name}.memories: layout version 2 -> version 3"
+    expected = f"{db_name}.memories: layout version 2 -> version {STORE_SCHEMA_VERSION}"
+    assert result.output.strip() == expected
     again = invoke(client, "upgrade", "--db", db_name, "--store", "memories", "--json")
     assert json.loads(again.output) == {
         "command": "upgrade", "db": db_name, "status": "done", "collection": "memories",
-        "before": 3, "after": 3,
+        "before": STORE_SCHEMA_VERSION, "after": STORE_SCHEMA_VERSION,
     }
     later = MongoDBStore(client, db_name, collection_name="memories")
     later.setup()

@@ -5,8 +5,9 @@ of a namespace and the listing that settles its entry.
 The race test steps two writers (a delete and a put of the last item of one namespace) and
 a lister call by call, each bulk write split into its requests, on mock: through every
 interleaving in the exhaustive tier, random ones otherwise; with
-quiet puts (layout 3), with puts moving every version (layout 2), and with the previous
-release's listing beside layout-2 puts. After each run every unflagged entry is exact, the
+batch documents (layout 4, one for every put), quiet puts (layout 3), puts moving every
+version (layout 2), and the previous release's listing beside layout-2 puts. After each run
+every unflagged entry is exact (unless folding a batch document naming it flags it), the
 listing equals the items, and this release's lister's own answer was true at some moment
 while it ran. A threaded stress does the same on the wire server.
 """
@@ -189,7 +190,8 @@ async def test_upgrade_from_layout_1_builds_the_registry(store_api: Any) -> None
     assert (await maybe_await(versions.find_one({"_id": key})))["version"] == 2
     assert not again.store.ops.quiet
     await again.upgrade()
-    assert (await maybe_await(versions.find_one({"_id": key})))["version"] == 3
+    recorded = await maybe_await(versions.find_one({"_id": key}))
+    assert recorded["version"] == schema.STORE_SCHEMA_VERSION
     assert again.store.ops.quiet
 
 
@@ -258,21 +260,33 @@ SCENARIOS = {
 
 def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
     """Every unflagged entry lists exactly a namespace with a live item, until the latest
-    expiry of its items; every namespace with a live item has an entry."""
+    expiry of its items, unless folding the batch documents naming it flags it; every
+    namespace with a live item has an entry, or a batch document names it."""
     now = documents.utc_now()
     live = {registry_key(ns) for ns in _truth(store)}
-    entries = list(store.collections["store"].find({registry.LISTED: {"$exists": True}}))
+    found = list(store.collections["store"].find({registry.LISTED: {"$exists": True}}))
+    entries = [doc for doc in found if doc[registry.LISTED] != registry.BATCHES]
+    # Namespaces that batch documents left to the next listing to fold: (latest, earliest).
+    named: dict[str, tuple[Any, Any]] = {}
+    for doc in found:
+        for labels, latest, earliest in doc.get("named", ()):
+            key = registry_key(tuple(labels))
+            before = named.get(key, (latest, earliest))
+            named[key] = (max(before[0], latest), min(before[1], earliest))
     for entry in entries:
-        listed = entry[registry.UNTIL].replace(tzinfo=now.tzinfo) > now
-        if not entry.get("recheck"):
+        until = entry[registry.UNTIL]
+        listed = until.replace(tzinfo=now.tzinfo) > now
+        pending = named.get(entry[registry.LISTED])
+        # The fold of a batch document naming it flags the entry where it differs.
+        if not entry.get("recheck") and not (pending and not pending[1] >= until >= pending[0]):
             assert listed == (entry[registry.LISTED] in live), (schedule, entry)
             items = store.collections["store"].find({"ns": entry[registry.LISTED]})
             latest = max(
                 (d.get("expires_at") or documents.FOREVER.replace(tzinfo=None) for d in items),
                 default=None,
             )
-            assert not listed or entry[registry.UNTIL] == latest, (schedule, entry, latest)
-    assert live <= {
+            assert not listed or until == latest, (schedule, entry, latest)
+    assert live <= set(named) | {
         e[registry.LISTED] for e in entries if e[registry.UNTIL].replace(tzinfo=now.tzinfo) > now
     }
 
@@ -420,12 +434,14 @@ class Run:
 SAMPLED = 400
 
 
-# The lister and the layout the writers run on: this release's on either layout, the
-# previous release's beside this one's puts on layout version 2 (a rolling deployment).
+# The lister and the layout the writers run on (previous, quiet, batch documents): this
+# release's on each layout (batch documents even for one namespace), the previous
+# release's beside this one's puts on layout version 2 (a rolling deployment).
 LISTERS = {
-    "quiet puts": (False, True),
-    "moving versions": (False, False),
-    "previous release's listing": (True, False),
+    "batch documents": (False, True, True),
+    "quiet puts": (False, True, False),
+    "moving versions": (False, False, False),
+    "previous release's listing": (True, False, False),
 }
 
 
@@ -440,7 +456,8 @@ def test_interleavings_of_the_last_items_writes_and_a_listing(
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)
     store.setup()
-    previous, store.ops.quiet = LISTERS[lister]
+    previous, store.ops.quiet, store.ops.batched = LISTERS[lister]
+    store.ops.batch_from = 1
     race = Race(store, SCENARIOS[scenario], beside, previous)
     rng = random.Random(f"{scenario} {put_shape} {beside}")
     if not request.config.getoption("--full"):
@@ -471,30 +488,40 @@ def test_quiet_puts_beside_a_listing_that_does_not_claim_can_leave_an_entry_wron
 
 
 def test_threaded_writers_and_listers_on_wire(db_name: str) -> None:
-    """Three writers and two listers in threads; one writer's store puts quietly, the
-    others move every version (set up before an upgrade)."""
+    """Four writers and two listers in threads; one writer's store puts quietly, one sends
+    batch documents (two namespaces at a time), the others move every version (set up
+    before an upgrade)."""
     from pymongo import MongoClient
 
     client: MongoClient[Any] = MongoClient(uri_for("wire"), directConnection=True)
     store = MongoDBStore(client, db_name)
     store.setup()
+    store.ops.batched = False
+    batched = MongoDBStore(client, db_name)
+    batched.setup()
+    batched.ops.batch_from = 2
     moving = MongoDBStore(client, db_name)
     moving.setup()
-    moving.ops.quiet = False
+    moving.ops.quiet = moving.ops.batched = False
     names = [("race", f"n{i}") for i in range(3)]
     errors: list[BaseException] = []
     listings: list[int] = []
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
-        mine = store if seed == 0 else moving
+        mine = [store, batched, moving, moving][seed]
         try:
             for _ in range(40):
-                ns = rng.choice(names)
-                if rng.random() < 0.5:
-                    mine.put(ns, "k", {"v": seed}, ttl=rng.choice([None, 5]))
+                ns, other, third = rng.sample(names, 3)
+                ttl = rng.choice([None, 5])
+                draw = rng.random()
+                if draw < 0.4:
+                    mine.put(ns, "k", {"v": seed}, ttl=ttl)
+                elif draw < 0.7:  # two namespaces: a batch document where the store sends them
+                    mine.batch([PutOp(n, "b", {"v": seed}, ttl=ttl) for n in (ns, other)])
                 else:
-                    mine.delete(ns, "k")
+                    deletes = [PutOp(ns, "k", None), PutOp(other, "b", None)]
+                    mine.batch([*deletes, PutOp(third, "k", {"v": seed}, ttl=ttl)])
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -506,7 +533,7 @@ def test_threaded_writers_and_listers_on_wire(db_name: str) -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(4)]
     threads += [threading.Thread(target=lister) for _ in range(2)]
     for t in threads:
         t.start()

@@ -25,10 +25,12 @@ ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
 
 
 # Previous releases of the store, each the newest commit of ``HEAD``'s history without a
-# line of what came after it: batches sent insert-first; quiet puts (store layout 3).
+# line of what came after it: batches sent insert-first; quiet puts (store layout 3);
+# batch documents (store layout 4).
 RELEASES = {
     "before insert-first": ("^INSERTS_FROM = ", "store/documents.py"),
     "before quiet puts": ("^STORE_QUIET_PUTS_VERSION = ", "mongo_ckpt/schema.py"),
+    "before batch documents": ("^STORE_BATCH_DOCUMENTS_VERSION = ", "mongo_ckpt/schema.py"),
 }
 
 
@@ -107,19 +109,30 @@ def test_the_previous_release_and_this_one_write_and_read_one_collection(
         old.stop()
 
 
-def test_the_release_before_quiet_puts_refuses_a_collection_upgraded_to_them(
-    tmp_path_factory: Any, database: tuple[str, Any, str, bool]
+# What a release's layout gates: whether this release's store may put quietly, and
+# whether it may send batch documents, on the layout that release records.
+GATED = {
+    "before quiet puts": lambda store: store.ops.quiet,
+    "before batch documents": lambda store: store.ops.batched,
+}
+
+
+@pytest.mark.parametrize("release", GATED)
+def test_a_previous_release_refuses_a_collection_upgraded_past_it(
+    release: str, tmp_path_factory: Any, database: tuple[str, Any, str, bool]
 ) -> None:
-    """The previous release records layout 2 on a new collection; this release's
-    ``setup()`` keeps it (its puts move every entry's version, as that release's listings
+    """The previous release records its layout on a new collection; this release's
+    ``setup()`` keeps it (quiet puts, or batch documents, off, as that release's listings
     need) until ``upgrade()``, after which the previous release refuses to start."""
-    tree = release_named("before quiet puts", tmp_path_factory)
+    tree = release_named(release, tmp_path_factory)
+    gated = GATED[release]
     uri, client, db_name, direct = database
     old = OldRelease(tree, uri, db_name, direct, script=SCRIPT)
     try:
         store = MongoDBStore(client, db_name)
         store.setup()
-        assert not store.ops.quiet
+        assert not gated(store)
+        store.ops.batch_from = 1  # a batch document even for one namespace, were it on
         store.put(("roll", "n0"), "k0", {"v": 1})
         assert old.turn(json.dumps([[["roll", "n1"], "k1", {"v": 2}]]))["namespaces"] == [
             ["roll", "n0"],
@@ -128,7 +141,9 @@ def test_the_release_before_quiet_puts_refuses_a_collection_upgraded_to_them(
     finally:
         old.stop()
     store.upgrade()
-    assert store.ops.quiet
+    assert gated(store)
     with pytest.raises(AssertionError, match="SchemaTooNewError"):
         OldRelease(tree, uri, db_name, direct, script=SCRIPT).stop()
-    assert store.list_namespaces(prefix=("roll",)) == [("roll", "n0"), ("roll", "n1")]
+    store.batch([PutOp(("roll", f"n{n}"), "k", {"v": n}) for n in range(2, 4)])
+    expected = [("roll", f"n{n}") for n in range(4)]
+    assert store.list_namespaces(prefix=("roll",)) == expected
