@@ -387,11 +387,11 @@ class StoreOperations:
 
     def _fold(self) -> Operation[None]:
         """The batch documents stored, folded into the registry's entries (one ``find``,
-        one ``bulk_write``)."""
+        one ``bulk_write`` for every ``registry.FOLD_NAMES`` names)."""
         batches = yield from find(STORE, registry.BATCHES_QUERY)
         if batches:
-            requests = registry.fold_requests(batches, quiet=self.quiet)
-            yield from bulk_write(STORE, requests, ordered=True)
+            for requests in registry.fold_requests(batches, quiet=self.quiet):
+                yield from bulk_write(STORE, requests, ordered=True)
 
     def _settle(self, entries: Sequence[str], now: datetime) -> Operation[dict[str, bool]]:
         """Claim flagged registry entries (one ``bulk_write``), probe their items (one
@@ -476,7 +476,8 @@ class StoreOperations:
         after: list[WriteRequest] = [
             registry.put_request(ns, untils, quiet=self.quiet) for ns, untils in expiries.items()
         ]
-        if self.batched and len(expiries) >= self.batch_from:
+        # Not where listings read the items (omit_expired off): nothing here would fold.
+        if self.batched and self.omit_expired and len(expiries) >= self.batch_from:
             after = [*registry.batch_requests(expiries)]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]

@@ -198,16 +198,36 @@ def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
     token = f"batch:{new_version()}"
     document = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES, LEVELS: [BATCHES]}
     document[UNTIL] = FOREVER  # for listings without a prefix too, on ``registry_until``
+    # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
+    document[LABELS] = []
     return InsertOne({**document, "named": named})
 
 
 BATCHES_QUERY = {LEVELS: BATCHES}
 
 
-def fold_requests(batches: Sequence[Mapping[str, Any]], *, quiet: bool) -> list[Any]:
-    """The entry statements the puts of ``batches`` (batch documents) left to a listing,
-    one per namespace (the same as one per put: raised to the latest, flagged by the
-    earliest), then the batch documents deleted: cut in between, they are folded again."""
+FOLD_NAMES = 5_000
+"""Names a fold writes in one bulk write at most: a backlog of batch documents is folded
+in parts, each kept when the next fails."""
+
+
+def fold_requests(batches: Sequence[Mapping[str, Any]], *, quiet: bool) -> list[list[Any]]:
+    """The bulk writes folding ``batches`` (batch documents), in parts of about
+    ``FOLD_NAMES`` names: in each, the entry statements their puts left to a listing, one
+    per namespace (the same as one per put: raised to the latest, flagged by the
+    earliest), then those batch documents deleted; cut in between, they are folded again."""
+    parts: list[list[Mapping[str, Any]]] = [[]]
+    names = 0
+    for batch in batches:
+        if names and names + len(batch["named"]) > FOLD_NAMES:
+            parts.append([])
+            names = 0
+        parts[-1].append(batch)
+        names += len(batch["named"])
+    return [_fold_part(part, quiet) for part in parts]
+
+
+def _fold_part(batches: Sequence[Mapping[str, Any]], quiet: bool) -> list[Any]:
     expiries: dict[tuple[str, ...], list[datetime]] = {}
     for batch in batches:
         for labels, latest, earliest in batch["named"]:

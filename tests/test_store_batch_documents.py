@@ -154,3 +154,41 @@ def test_a_batch_naming_more_than_a_document_holds_writes_several(
     assert sorted(named) == NAMES
     assert store.list_namespaces(prefix=("users",)) == NAMES
     assert _batches(store) == []
+
+
+def test_a_backlog_is_folded_in_parts_each_kept(db_name: str, monkeypatch: Any) -> None:
+    """Past ``registry.FOLD_NAMES`` names a fold writes in parts; a listing that dies after
+    the first part leaves the other batch documents, which the next listing folds."""
+    monkeypatch.setattr(registry, "FOLD_NAMES", len(NAMES))
+    client = sync_client("mock")
+    store = MongoDBStore(client, db_name)
+    store.setup()
+    for round_ in range(3):
+        store.batch([PutOp(ns, f"k{round_}", {"v": round_}) for ns in NAMES])
+    assert len(_batches(store)) == 3
+    lister = Stepper(_operation(store, [LISTING]))
+    for _ in range(2 + len(NAMES) + 1):  # the page, the batch documents, the first part
+        lister.step(store.collections)
+    assert len(_batches(store)) == 2
+    assert _listed(store) == NAMES
+    assert _batches(store) == []
+    client.drop_database(db_name)
+
+
+def test_listings_by_suffix_and_stores_reading_the_items_meet_batch_documents(
+    make_store: Any,
+) -> None:
+    """A suffix-only listing folds as any other (batch documents have an empty label list
+    for its ``$size``); a store whose listings read the items (``omit_expired`` off),
+    which never folds, sends entry statements instead of batch documents."""
+    store = make_store()
+    store.setup()
+    store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])
+    assert store.list_namespaces(suffix=("memories",)) == NAMES
+    assert _batches(store) == []
+    reading_items = make_store(ttl={"omit_expired": False})
+    reading_items.setup()
+    others = [PutOp(("teams", f"t{i}"), "k", {"v": 1}) for i in range(registry.BATCH_FROM)]
+    reading_items.batch(others)
+    assert _batches(store) == []
+    assert store.list_namespaces(prefix=("teams",)) == [op.namespace for op in others]

@@ -476,6 +476,14 @@ def official_put(i: int, now: Any) -> UpdateOne:
     )
 
 
+def item(
+    ns: tuple[str, ...], key: str, i: int, embeddings: FakeEmbeddings, now: Any
+) -> dict[str, Any]:
+    """The fields mongo-ckpt's put of ``value(i)`` stores (one indexed field, no TTL)."""
+    vector = embeddings.embed_query(value(i)["text"])
+    return documents.item_fields(ns, key, value(i), None, [("text", vector)], False, None, now)
+
+
 def our_puts(shape: str) -> Callable[[Any], list[Any]]:
     """mongo-ckpt's 1,000 puts of the scaled benchmark (one indexed field, 32 dims), in one
     ``shape``: ``insert`` (a batch of new items), ``plain`` (upserts after the batch's
@@ -485,19 +493,7 @@ def our_puts(shape: str) -> Callable[[Any], list[Any]]:
     def puts(now: Any) -> list[Any]:
         items = [(user_ns(i % 10), f"m{i}") for i in range(INGEST_BATCH)]
         revives = documents.revive_requests(items, now) if shape == "plain" else []
-        fields = [
-            documents.item_fields(
-                ns,
-                key,
-                value(i),
-                None,
-                [("text", embeddings.embed_query(value(i)["text"]))],
-                False,
-                None,
-                now,
-            )
-            for i, (ns, key) in enumerate(items)
-        ]
+        fields = [item(ns, key, i, embeddings, now) for i, (ns, key) in enumerate(items)]
         if shape == "insert":
             return [documents.insert_request(f, now) for f in fields]
         return revives + [documents.put_request(f, now, shape == "plain") for f in fields]
@@ -557,16 +553,7 @@ def registry_writes(repeat: int) -> str:
 
     def inserts(spaces: list[tuple[str, ...]], round_: int, now: Any) -> list[Any]:
         fields = [
-            documents.item_fields(
-                spaces[i % len(spaces)],
-                f"m{round_}-{i}",
-                value(i),
-                None,
-                [("text", embeddings.embed_query(value(i)["text"]))],
-                False,
-                None,
-                now,
-            )
+            item(spaces[i % len(spaces)], f"m{round_}-{i}", i, embeddings, now)
             for i in range(INGEST_BATCH)
         ]
         return [documents.insert_request(f, now) for f in fields]
@@ -679,39 +666,27 @@ def main() -> None:
     # of SecantusDB's sweeps decodes every document of a collection with a TTL index, which
     # would be counted against the store that has one (MongoDB walks the TTL index instead).
     test_backends.wire_ttl_sweep_seconds = 60.0
-    if args.put_shapes:
-        try:
-            text = put_shapes(args.repeat)
-        finally:
-            stop_wire()
-        print(text)
-        if args.write:
-            write(text, SHAPES_BEGIN, SHAPES_END)
-        return
-    if args.registry_writes:
-        try:
-            text = registry_writes(args.repeat)
-        finally:
-            stop_wire()
-        print(text)
-        if args.write:
-            write(text, REGISTRY_BEGIN, REGISTRY_END)
-        return
-    if args.ingest_indexes:
-        try:
-            text = ingest_by_indexes([int(n) for n in args.ingest_indexes.split(",")])
-        finally:
-            stop_wire()
-        print(text)
-        if args.write:
-            write(text, INDEXES_BEGIN, INDEXES_END)
-        return
-    if args.vector_memory:
-        text = vector_memory([int(n) for n in args.vector_memory.split(",")], [10, 100])
-        print(text)
-        if args.write:
-            write(text, VECTOR_BEGIN, VECTOR_END)
-        return
+    sizes = [int(n) for n in (args.ingest_indexes or args.vector_memory or "0").split(",")]
+    tables: list[tuple[Any, Callable[[], str], tuple[str, str]]] = [
+        (args.put_shapes, lambda: put_shapes(args.repeat), (SHAPES_BEGIN, SHAPES_END)),
+        (
+            args.registry_writes,
+            lambda: registry_writes(args.repeat),
+            (REGISTRY_BEGIN, REGISTRY_END),
+        ),
+        (args.ingest_indexes, lambda: ingest_by_indexes(sizes), (INDEXES_BEGIN, INDEXES_END)),
+        (args.vector_memory, lambda: vector_memory(sizes, [10, 100]), (VECTOR_BEGIN, VECTOR_END)),
+    ]
+    for asked, table, markers in tables:
+        if asked:
+            try:
+                text = table()
+            finally:
+                stop_wire()
+            print(text)
+            if args.write:
+                write(text, *markers)
+            return
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
     if args.scale:
         scaled: list[ScaleRow] = []
