@@ -348,8 +348,9 @@ class StoreOperations:
 
     def _namespaces(self, op: ListNamespacesOp, now: datetime) -> Operation[list[tuple[str, ...]]]:
         """One page of ``list_namespaces`` from the registry: one ``aggregate`` over its
-        entries, plus, for flagged entries the page meets, a probe of their items and the
-        exact entry written back, then the page read again."""
+        entries, plus, when it meets batch documents, their fold, and for flagged entries
+        the page meets, a probe of their items and the exact entry written back, then the
+        page read again."""
         if not self.omit_expired:  # the registry does not know expired items still stored
             grouped = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
             return reading.namespaces(grouped)
@@ -359,8 +360,7 @@ class StoreOperations:
         while True:
             groups = yield from aggregate(STORE, registry.listing_pipeline(op, now, wanted))
             read = len(groups)
-            batches = [group for group in groups if group["_id"] == registry.BATCHES]
-            if batches and not folded:
+            if not folded and any(group["_id"] == registry.BATCHES for group in groups):
                 # Once: batch documents written since are of puts this listing overlaps.
                 folded = True
                 yield from self._fold()
@@ -473,12 +473,12 @@ class StoreOperations:
         for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-        after: list[WriteRequest] = [
-            registry.put_request(ns, untils, quiet=self.quiet) for ns, untils in expiries.items()
-        ]
+        after: list[WriteRequest]
         # Not where listings read the items (omit_expired off): nothing here would fold.
         if self.batched and self.omit_expired and len(expiries) >= self.batch_from:
             after = [*registry.batch_requests(expiries)]
+        else:
+            after = [registry.put_request(ns, u, quiet=self.quiet) for ns, u in expiries.items()]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:
