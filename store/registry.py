@@ -185,18 +185,19 @@ def batch_requests(
     documents: list[list[Any]] = [[]]
     size = 0
     for ns, untils in expiries.items():
-        named = sum(len(label.encode()) + 16 for label in ns) + 64
-        if size + named > BATCH_BYTES and documents[-1]:
+        weight = sum(len(label.encode()) + 16 for label in ns) + 64
+        if size + weight > BATCH_BYTES and documents[-1]:
             documents.append([])
             size = 0
         documents[-1].append([list(ns), max(untils), min(untils)])
-        size += named
+        size += weight
     return [_batch_document(named) for named in documents]
 
 
 def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
     token = f"batch:{new_version()}"
-    document = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES, LEVELS: [BATCHES]}
+    document: dict[str, Any] = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES}
+    document[LEVELS] = [BATCHES]
     document[UNTIL] = FOREVER  # for listings without a prefix too, on ``registry_until``
     # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
     document[LABELS] = []
