@@ -501,6 +501,13 @@ def our_puts(shape: str) -> Callable[[Any], list[Any]]:
     return puts
 
 
+def cpu_ms(collection: Any, requests: list[Any]) -> float:
+    """Process CPU milliseconds of one ordered ``bulk_write`` of ``requests``."""
+    started = time.process_time()
+    collection.bulk_write(requests, ordered=True)
+    return (time.process_time() - started) * 1000
+
+
 def put_shapes(repeat: int) -> str:
     """Process CPU time (the client and the in-process SecantusDB server: steadier than
     wall time on a shared machine) of one ordered ``bulk_write`` of 1,000 puts into a new
@@ -525,10 +532,7 @@ def put_shapes(repeat: int) -> str:
             for _ in range(repeat):
                 collection.drop()
                 collection.create_indexes(indexes)
-                requests = puts(documents.utc_now())
-                started = time.process_time()
-                collection.bulk_write(requests, ordered=True)
-                samples.append((time.process_time() - started) * 1000)
+                samples.append(cpu_ms(collection, puts(documents.utc_now())))
             names = ", ".join(str(index.document["name"]) for index in indexes)
             median = statistics.median(samples)
             lines.append(f"| {label} | {len(indexes)}: {names} | {median:.0f} |")
@@ -580,9 +584,7 @@ def registry_writes(repeat: int) -> str:
                 for round_ in range(repeat):
                     now = documents.utc_now()
                     requests = [*inserts(spaces, round_, now), *after(spaces, round_)]
-                    started = time.process_time()
-                    collection.bulk_write(requests, ordered=True)
-                    samples.append((time.process_time() - started) * 1000)
+                    samples.append(cpu_ms(collection, requests))
                 lines.append(f"| {count} | {label} | {statistics.median(samples):.0f} |")
                 print(lines[-1], flush=True)
     finally:
