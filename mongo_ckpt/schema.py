@@ -43,6 +43,14 @@ Store versions:
      reading version 2 settles entries without claiming them and could then write an
      expiry that misses such a put's item. Recorded by ``setup()`` only on a new, empty
      collection; on existing data by ``store.upgrade()`` (``mongo-ckpt upgrade --store``).
+  4. Batch documents: a batch into many namespaces names them in one document, which
+     listings fold into the entries. A reader of version 3 would not list those
+     namespaces. Recorded like version 3.
+  5. The registry on the items' indexes: entries carry marks in ``prefixes`` and an
+     ``expires_at`` equal to ``listed_until``; the registry's own indexes are dropped. A
+     reader of version 4 would raise ``listed_until`` alone, and the items' TTL index
+     would delete the entry too early. Recorded like version 3, by the upgrade that also
+     gives existing entries those fields.
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ LIST_DELTAS_VERSION = 4
 SLIM_DOCUMENTS_VERSION = 5
 # The recorded saver version from which values may be stored compressed.
 COMPRESSED_VALUES_VERSION = 6
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 # The highest store version ``setup()`` raises existing data to by itself: a release that
 # reads version 2 settles registry entries without claiming them, which quiet puts need.
 STORE_SETUP_VERSION = 2
@@ -78,6 +86,9 @@ STORE_QUIET_PUTS_VERSION = 3
 # The recorded store version from which a batch may name its namespaces in one batch
 # document, which releases before it would not list.
 STORE_BATCH_DOCUMENTS_VERSION = 4
+# The recorded store version from which the namespace registry is on the items' indexes
+# (its entries expire by ``expires_at``), which releases before it would not keep.
+STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000

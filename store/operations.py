@@ -45,6 +45,7 @@ from mongo_ckpt.calls import (
     create_indexes,
     create_search_index,
     delete_many,
+    drop_index,
     find,
     find_cursor,
     find_one,
@@ -132,6 +133,9 @@ class StoreOperations:
         # recorded layout version says every process writing here folds them.
         self.batched = False
         self.batch_from = registry.BATCH_FROM  # namespaces in a batch that make it many
+        # Whether the registry is on the items' indexes: the recorded layout version says
+        # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
+        self.on_items = False
 
     # -- setup ----------------------------------------------------------------
 
@@ -146,14 +150,14 @@ class StoreOperations:
         found = yield from schema.read(key, where)
         if found is None or found < schema.STORE_SETUP_VERSION:
             stored = yield from self._refuse_foreign(db_name, collection_name)
-            yield from create_indexes(STORE, [*documents.index_models(), *registry.index_models()])
+            empty = found is None and not stored
+            version = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
+            yield from create_indexes(STORE, self._index_models(version))
             if found is not None:  # items of layout version 1: list their namespaces
                 yield from self.build_registry()
-            empty = found is None and not stored
-            found = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
+            found = version
             yield from schema.record(key, {STORE: collection_name}, found)
-        self.quiet = found >= schema.STORE_QUIET_PUTS_VERSION
-        self.batched = found >= schema.STORE_BATCH_DOCUMENTS_VERSION
+        self._use_layout(found)
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -172,13 +176,32 @@ class StoreOperations:
             raise layouts.refusal(db_name, collection_name, found)
         return sample is not None
 
+    def _index_models(self, version: int) -> list[Any]:
+        on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
+        return [*documents.index_models(), *registry.index_models(on_items)]
+
+    def _use_layout(self, version: int) -> None:
+        """What the store's writes and listings may rely on at layout ``version``."""
+        self.quiet = version >= schema.STORE_QUIET_PUTS_VERSION
+        self.batched = version >= schema.STORE_BATCH_DOCUMENTS_VERSION
+        self.on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
+
     def upgrade(self, collection_name: str) -> Operation[None]:
         """After ``setup``: the current layout version recorded, since every process writing
-        the collection settles registry entries by claiming them and folds batch documents,
-        so puts may be quiet and batches may send batch documents."""
+        the collection settles registry entries by claiming them, folds batch documents and
+        keeps an entry's ``expires_at`` its ``listed_until``, so puts may be quiet, batches
+        may send batch documents, and the registry moves onto the items' indexes: entries
+        are given their ``expires_at`` and marks (again after the record, for those other
+        processes of this release created meanwhile), then its own indexes are dropped."""
         key = schema.store_key(collection_name)
+        yield from bulk_write(STORE, registry.upgrade_requests(), ordered=True)
         yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
-        self.quiet = self.batched = True
+        yield from bulk_write(STORE, registry.upgrade_requests(), ordered=True)
+        indexes = yield from index_information(STORE)
+        for model in registry.index_models(on_items=False):
+            if model.document["name"] in indexes:
+                yield from drop_index(STORE, model.document["name"])
+        self._use_layout(schema.STORE_SCHEMA_VERSION)
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
@@ -194,7 +217,12 @@ class StoreOperations:
         now = documents.utc_now()
         found = yield from aggregate(STORE, registry.rebuild_pipeline())
         requests = [
-            registry.put_request(doc["namespace"], [reading.utc(doc["until"])], quiet=self.quiet)
+            registry.put_request(
+                doc["namespace"],
+                [reading.utc(doc["until"])],
+                quiet=self.quiet,
+                on_items=self.on_items,
+            )
             for doc in found
             if reading.utc(doc["until"]) > now
         ]
@@ -206,7 +234,7 @@ class StoreOperations:
         now = documents.utc_now()
         # Entries first: an item put between the two deletes is then either swept or
         # listed by its (new) entry, never left without one.
-        yield from delete_many(STORE, {registry.UNTIL: {"$lte": now}})
+        yield from delete_many(STORE, registry.expired_entries(now, self.on_items))
         result = yield from delete_many(STORE, documents.expired(now))
         return result.deleted_count
 
@@ -358,7 +386,8 @@ class StoreOperations:
         wanted = op.offset + op.limit
         folded = False
         while True:
-            groups = yield from aggregate(STORE, registry.listing_pipeline(op, now, wanted))
+            pipeline = registry.listing_pipeline(op, now, wanted, self.on_items)
+            groups = yield from aggregate(STORE, pipeline)
             read = len(groups)
             if not folded and any(group["_id"] == registry.BATCHES for group in groups):
                 # Once: batch documents written since are of puts this listing overlaps.
@@ -388,9 +417,10 @@ class StoreOperations:
     def _fold(self) -> Operation[None]:
         """The batch documents stored, folded into the registry's entries (one ``find``,
         one ``bulk_write`` for every ``registry.FOLD_NAMES`` names)."""
-        batches = yield from find(STORE, registry.BATCHES_QUERY)
+        batches = yield from find(STORE, registry.batches_query(self.on_items))
         if batches:
-            for requests in registry.fold_requests(batches, quiet=self.quiet):
+            folds = registry.fold_requests(batches, quiet=self.quiet, on_items=self.on_items)
+            for requests in folds:
                 yield from bulk_write(STORE, requests, ordered=True)
 
     def _settle(self, entries: Sequence[str], now: datetime) -> Operation[dict[str, bool]]:
@@ -410,7 +440,7 @@ class StoreOperations:
             until = latest.get(registry.joined_of(entry))
             # Expired on this clock but still stored, an item may be live on a clock behind
             # it: the entry goes only with the last item, and otherwise records its expiry.
-            settled.append(registry.settled_request(entry, claim, until))
+            settled.append(registry.settled_request(entry, claim, until, on_items=self.on_items))
             live[entry] = until is not None and until > now
         yield from bulk_write(STORE, settled, ordered=False)
         return live
@@ -465,7 +495,7 @@ class StoreOperations:
             *(registry.delete_request(ns) for ns in emptied),
             *documents.refresh_requests(read, now),
             *(
-                registry.raise_request(ns, until, quiet=self.quiet)
+                registry.raise_request(ns, until, quiet=self.quiet, on_items=self.on_items)
                 for ns, until in _refreshed(read, now).items()
             ),
         ]
@@ -478,7 +508,10 @@ class StoreOperations:
         if self.batched and self.omit_expired and len(expiries) >= self.batch_from:
             after = [*registry.batch_requests(expiries)]
         else:
-            after = [registry.put_request(ns, u, quiet=self.quiet) for ns, u in expiries.items()]
+            after = [
+                registry.put_request(ns, u, quiet=self.quiet, on_items=self.on_items)
+                for ns, u in expiries.items()
+            ]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:

@@ -9,8 +9,16 @@ its item and its namespace's entry in one ``bulk_write`` (one command)::
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
      version: <random>, recheck: <bool>, claimed: <bool>}
 
-They have no ``key`` or ``prefixes``, and an ``ns`` no item has (a joined namespace never
-starts with NUL), unique under the items' ``(ns, key)`` index: no item query matches them.
+They have no ``key``, an ``ns`` no item has (a joined namespace never starts with NUL),
+unique under the items' ``(ns, key)`` index, and ``prefixes`` no item has (``marks``: NUL,
+then NUL before each level): no item query matches them.
+
+From layout version ``schema.STORE_ITEM_INDEXES_VERSION`` on, the registry has no indexes
+of its own: a listing finds entries by their ``prefixes`` on the items' ``prefix_recency``
+index, and ``expires_at``, equal to ``listed_until``, lets the items' TTL index drop them
+expired. An entry gets ``expires_at`` then (before, a release that does not keep it equal
+to ``listed_until`` may run beside this one, and the TTL index would drop the entry
+early); every write of this release keeps it equal wherever an entry has it.
 
 An entry without ``recheck: true`` is exact: its namespace has a live item until
 ``listed_until`` (puts and TTL refreshes only raise it, with ``$max``; items only stop
@@ -37,7 +45,8 @@ document naming them with their expiries (one statement, whatever the number of
 namespaces)::
 
     {_id: "batch:<random>", ns: NUL NUL "batch:<random>", listed: BATCHES, levels: [BATCHES],
-     listed_until: FOREVER, named: [[labels, latest expiry, earliest expiry], ...]}
+     prefixes: [BATCH_MARK], listed_until: FOREVER,
+     named: [[labels, latest expiry, earliest expiry], ...]}
 
 Every listing meets batch documents first (``BATCHES`` sorts before every namespace) and,
 before it reads the entries, folds them: it sends the entry statements their puts left to
@@ -64,11 +73,17 @@ LISTED = "listed"
 LEVELS = "levels"
 LABELS = "namespace"
 UNTIL = "listed_until"
+PREFIXES = "prefixes"  # the items' field, on their prefix_recency index
+EXPIRES = "expires_at"  # the items' field, on their TTL index
 CLAIMED = "claimed"
 _ID_PREFIX = "namespace:"
 BATCHES = SEPARATOR + "batches"
 """The ``listed`` value and only level of batch documents: no namespace's (labels have no
 NUL), and before every namespace in a listing's order."""
+ROOT_MARK = SEPARATOR
+"""The first of every entry's ``prefixes``: what a listing without a prefix finds them by."""
+BATCH_MARK = SEPARATOR * 2
+"""The ``prefixes`` of batch documents: no entry's (levels never start with NUL)."""
 BATCH_FROM = 8
 """Namespaces a batch puts into from which it names them in one batch document: below,
 an entry statement each costs the put little and spares the next listing the fold."""
@@ -88,7 +103,10 @@ def entry_id(joined_namespace: str) -> str:
     return _ID_PREFIX + joined_namespace
 
 
-def index_models() -> list[IndexModel]:
+def index_models(on_items: bool) -> list[IndexModel]:
+    """The registry's own indexes: none ``on_items`` (``schema.STORE_ITEM_INDEXES_VERSION``)."""
+    if on_items:
+        return []
     return [
         # A prefix listing: one equality on the levels and a range on the expiry.
         # Sparse: items, which have neither field, add nothing to them.
@@ -98,28 +116,40 @@ def index_models() -> list[IndexModel]:
     ]
 
 
+def marks(namespace: Sequence[str]) -> list[str]:
+    """An entry's ``prefixes``: ``ROOT_MARK``, then each level after NUL."""
+    return [ROOT_MARK, *(SEPARATOR + level for level in prefixes(namespace))]
+
+
 def put_request(
-    namespace: Sequence[str], expiries: Iterable[datetime], *, quiet: bool
+    namespace: Sequence[str], expiries: Iterable[datetime], *, quiet: bool, on_items: bool
 ) -> UpdateOne:
     """After the puts of a batch into ``namespace`` (each item's expiry, ``FOREVER`` for
     none): the entry raised to the latest, created if missing; flagged when one of them
     is earlier than the entry's expiry (an overwrite may have shortened the latest).
     ``quiet`` (from ``schema.STORE_QUIET_PUTS_VERSION``): the ``version`` moves only when
-    the entry is claimed."""
+    the entry is claimed; ``on_items`` (from ``schema.STORE_ITEM_INDEXES_VERSION``): a
+    created entry gets ``expires_at``."""
     expiries = list(expiries)
     earliest = min(expiries)
     latest, shortest = max(expiries), (earliest if earliest < FOREVER else None)
-    return _entry_request(namespace, latest, shortest, quiet)
+    return _entry_request(namespace, latest, shortest, quiet, on_items)
 
 
-def raise_request(namespace: Sequence[str], until: datetime, *, quiet: bool) -> UpdateOne:
+def raise_request(
+    namespace: Sequence[str], until: datetime, *, quiet: bool, on_items: bool
+) -> UpdateOne:
     """After TTL refreshes in ``namespace``: the entry raised to ``until``, created if
     missing."""
-    return _entry_request(namespace, until, None, quiet)
+    return _entry_request(namespace, until, None, quiet, on_items)
 
 
 def _entry_request(
-    namespace: Sequence[str], latest: datetime, earliest: datetime | None, quiet: bool
+    namespace: Sequence[str],
+    latest: datetime,
+    earliest: datetime | None,
+    quiet: bool,
+    on_items: bool,
 ) -> UpdateOne:
     """One upsert, after the items' statements, as an update pipeline (each field computed
     from the entry as it was): the expiry raised to ``latest``, with the entry flagged if
@@ -138,14 +168,25 @@ def _entry_request(
     version: Any = fresh
     if quiet:
         version = {"$cond": [f"${CLAIMED}", fresh, {"$ifNull": ["$version", fresh]}]}
+    raised = {"$max": [f"${UNTIL}", until]}
     fields = {
         "recheck": {"$or": reasons},
-        UNTIL: {"$max": [f"${UNTIL}", until]},
+        UNTIL: raised,
+        EXPIRES: _expiry(raised, on_items),
         "version": version,
         CLAIMED: False,
         **{name: _constant(value) for name, value in _identity(namespace).items()},
     }
     return UpdateOne({"_id": entry_id(joined(namespace))}, [{"$set": fields}], upsert=True)
+
+
+def _expiry(until: Any, on_items: bool) -> Any:
+    """An entry's ``expires_at`` for its new ``listed_until``, ``until`` (an expression):
+    ``until`` ``on_items`` or where the entry has a date there, else null."""
+    if on_items:
+        return until
+    dated = {"$gt": [{"$ifNull": [f"${EXPIRES}", _EPOCH]}, _EPOCH]}  # mongomock has no $type
+    return {"$cond": [dated, until, None]}
 
 
 def _constant(value: Any) -> Any:
@@ -162,6 +203,7 @@ def _identity(namespace: Sequence[str]) -> dict[str, Any]:
         LISTED: joined(namespace),
         LABELS: list(namespace),
         LEVELS: prefixes(namespace),
+        PREFIXES: marks(namespace),
     }
 
 
@@ -198,13 +240,16 @@ def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
     token = f"batch:{new_version()}"
     document: dict[str, Any] = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES}
     document[LEVELS] = [BATCHES]
+    document[PREFIXES] = [BATCH_MARK]
     document[UNTIL] = FOREVER  # for listings without a prefix too, on ``registry_until``
     # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
     document[LABELS] = []
     return InsertOne({**document, "named": named})
 
 
-BATCHES_QUERY = {LEVELS: BATCHES}
+def batches_query(on_items: bool) -> dict[str, str]:
+    """The batch documents, on the index the layout has."""
+    return {PREFIXES: BATCH_MARK} if on_items else {LEVELS: BATCHES}
 
 
 FOLD_NAMES = 5_000
@@ -212,7 +257,9 @@ FOLD_NAMES = 5_000
 in parts, each kept when the next fails."""
 
 
-def fold_requests(batches: Sequence[Mapping[str, Any]], *, quiet: bool) -> list[list[Any]]:
+def fold_requests(
+    batches: Sequence[Mapping[str, Any]], *, quiet: bool, on_items: bool
+) -> list[list[Any]]:
     """The bulk writes folding ``batches`` (batch documents), in parts of about
     ``FOLD_NAMES`` names: in each, the entry statements their puts left to a listing, one
     per namespace (the same as one per put: raised to the latest, flagged by the
@@ -225,15 +272,17 @@ def fold_requests(batches: Sequence[Mapping[str, Any]], *, quiet: bool) -> list[
             names = 0
         parts[-1].append(batch)
         names += len(batch["named"])
-    return [_fold_part(part, quiet) for part in parts]
+    return [_fold_part(part, quiet, on_items) for part in parts]
 
 
-def _fold_part(batches: Sequence[Mapping[str, Any]], quiet: bool) -> list[Any]:
+def _fold_part(batches: Sequence[Mapping[str, Any]], quiet: bool, on_items: bool) -> list[Any]:
     expiries: dict[tuple[str, ...], list[datetime]] = {}
     for batch in batches:
         for labels, latest, earliest in batch["named"]:
             expiries.setdefault(tuple(labels), []).extend([utc(latest), utc(earliest)])
-    entries = [put_request(ns, untils, quiet=quiet) for ns, untils in expiries.items()]
+    entries = [
+        put_request(ns, untils, quiet=quiet, on_items=on_items) for ns, untils in expiries.items()
+    ]
     return [*entries, *(DeleteOne({"_id": batch["_id"]}) for batch in batches)]
 
 
@@ -244,23 +293,31 @@ def delete_request(joined_namespace: str) -> UpdateOne:
     return UpdateOne({"_id": entry_id(joined_namespace)}, update)
 
 
-def listing_matches(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
-    """Two ``$match`` stages: entries by an index (``registry_levels`` on the first
-    leading level of a prefix, else the live ones on ``registry_until``) with the batch
-    documents (their level beside the prefix's, their ``listed_until`` never passing);
-    then the whole conditions, which batch documents pass. SecantusDB plans neither an
+def listing_matches(op: ListNamespacesOp, now: datetime, on_items: bool) -> list[dict[str, Any]]:
+    """Two ``$match`` stages: entries by an index, with the batch documents (their level
+    beside the prefix's, their ``listed_until`` never passing); then the whole conditions,
+    which batch documents pass. The index: ``on_items``, ``prefix_recency`` on the mark of
+    the first leading level of a prefix, else on ``ROOT_MARK``; before, ``registry_levels``
+    on that level, else the live entries on ``registry_until``. SecantusDB plans neither an
     ``$or`` nor an ``$in`` beside a range on an index."""
     clauses = match_clauses(op.match_conditions or (), levels=LEVELS, labels=LABELS)
     live = {UNTIL: {"$gt": now}}
     level = next((c[LEVELS] for c in clauses if list(c) == [LEVELS]), None)
-    indexed = live if level is None else {LEVELS: {"$in": [level, BATCHES]}}
+    indexed: dict[str, Any]
+    if on_items:
+        mark = ROOT_MARK if level is None else SEPARATOR + level
+        indexed = {PREFIXES: {"$in": [mark, BATCH_MARK]}}
+    else:
+        indexed = live if level is None else {LEVELS: {"$in": [level, BATCHES]}}
     return [
         {"$match": indexed},
         {"$match": {"$or": [{LISTED: BATCHES}, all_of([*clauses, live])]}},
     ]
 
 
-def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[dict[str, Any]]:
+def listing_pipeline(
+    op: ListNamespacesOp, now: datetime, wanted: int, on_items: bool
+) -> list[dict[str, Any]]:
     """The first ``wanted`` distinct namespaces (truncated to ``max_depth``, sorted like
     tuples) of live entries, after a group ``BATCHES`` where batch documents are left to
     fold; ``flagged`` lists a group's flagged entries, and ``unflagged`` is 1 when one of
@@ -270,7 +327,7 @@ def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[d
         key = {"$arrayElemAt": [{"$slice": [f"${LEVELS}", op.max_depth]}, -1]}
     is_flagged = {"$eq": ["$recheck", True]}
     return [
-        *listing_matches(op, now),
+        *listing_matches(op, now, on_items),
         {
             "$group": {
                 "_id": key,
@@ -300,7 +357,9 @@ def claim_request(entry_ids: Sequence[str], version: int) -> UpdateMany:
     return UpdateMany(flagged, {"$set": {"version": version, CLAIMED: True}})
 
 
-def settled_request(entry_id: str, version: int, until: datetime | None) -> UpdateOne | DeleteOne:
+def settled_request(
+    entry_id: str, version: int, until: datetime | None, *, on_items: bool
+) -> UpdateOne | DeleteOne:
     """The exact entry after a probe: its expiry, or gone (``until`` is ``None``: no item
     left); applied only if the entry still has the ``version`` of the listing's claim.
     ``recheck`` and ``claimed`` are ``false`` as a put's pipeline writes them, so the next
@@ -308,8 +367,36 @@ def settled_request(entry_id: str, version: int, until: datetime | None) -> Upda
     selector = {"_id": entry_id, "version": version}
     if until is None:
         return DeleteOne(selector)
-    exact = {UNTIL: until, "version": new_version(), "recheck": False, CLAIMED: False}
-    return UpdateOne(selector, {"$set": exact})
+    exact = {
+        UNTIL: until,
+        EXPIRES: _expiry(_naive(until), on_items),
+        "version": new_version(),
+        "recheck": False,
+        CLAIMED: False,
+    }
+    return UpdateOne(selector, [{"$set": exact}])
+
+
+def expired_entries(now: datetime, on_items: bool) -> dict[str, Any]:
+    """The entries whose items all expired at ``now``, on the index the layout has."""
+    expired = {UNTIL: {"$lte": now}}
+    return {PREFIXES: ROOT_MARK, **expired} if on_items else expired
+
+
+def upgrade_requests() -> list[UpdateMany]:
+    """Moving the registry onto the items' indexes (``schema.STORE_ITEM_INDEXES_VERSION``):
+    each entry's ``expires_at`` set to its ``listed_until``, and the marks of entries and
+    batch documents written by releases before this one, which wrote none."""
+    level = {"$concat": [SEPARATOR, "$$level"]}
+    levels = {"$map": {"input": f"${LEVELS}", "as": "level", "in": level}}
+    marked = {"$concatArrays": [[ROOT_MARK], levels]}
+    return [
+        UpdateMany(
+            {LISTED: {"$exists": True, "$ne": BATCHES}},
+            [{"$set": {PREFIXES: marked, EXPIRES: f"${UNTIL}"}}],
+        ),
+        UpdateMany({LISTED: BATCHES}, {"$set": {PREFIXES: [BATCH_MARK]}}),
+    ]
 
 
 def joined_of(entry: str) -> str:

@@ -1,5 +1,6 @@
-"""Shared helpers for the store tests (no tests here): a fake embedder, document keys and
-``StoreApi``, a sync or async store behind one awaitable interface.
+"""Shared helpers for the store tests (no tests here): a fake embedder, document keys,
+registry entries' invariant fields, and ``StoreApi``, a sync or async store behind one
+awaitable interface.
 
 The store fixtures (``make_store``, ``make_astore``, ``store_api``) are in ``conftest.py``."""
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from langchain_core.embeddings import Embeddings
 
+from mongo_ckpt.store import registry
 from mongo_ckpt.store.operations import STORE
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import count_calls, total
@@ -56,6 +58,21 @@ class FakeEmbeddings(Embeddings):
 
 def stored(docs: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], str]]:
     return sorted((tuple(d["namespace"]), d["key"]) for d in docs)
+
+
+def ttl_indexes(info: dict[str, Any]) -> list[str]:
+    """The TTL indexes among a collection's ``index_information()``: those to drop for
+    expired documents to stay stored."""
+    return [name for name, spec in info.items() if "expireAfterSeconds" in spec]
+
+
+def assert_entry_fields(entry: dict[str, Any], on_items: bool) -> None:
+    """A registry entry is found by its namespace's marks, and the items' TTL index never
+    drops it before ``listed_until``: its ``expires_at`` is ``listed_until``, or (before
+    the registry is on the items' indexes) null."""
+    assert entry[registry.PREFIXES] == registry.marks(entry[registry.LABELS]), entry
+    expires = entry.get(registry.EXPIRES)
+    assert expires == entry[registry.UNTIL] or (not on_items and expires is None), entry
 
 
 class StoreApi(AwaitableMethods):

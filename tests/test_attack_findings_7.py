@@ -21,7 +21,7 @@ from pymongo.errors import BulkWriteError
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import count_calls, sync_client
-from tests.store_support import DIMS, FakeEmbeddings
+from tests.store_support import DIMS, FakeEmbeddings, ttl_indexes
 
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
 BACKENDS = ["mock", "wire"]
@@ -186,7 +186,7 @@ def test_stored_live_and_expired_items_among_an_insert_first_batch(
     every value as put, ``created_at`` kept over live copies and renewed over expired
     ones, no field of the earlier form left, results and listing as ``InMemoryStore``."""
     store = sync_store(**STORE_KINDS[kind])
-    for name in ("expires_at", "registry_until"):
+    for name in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(name)
     ns = ("t", "x")
     memory = InMemoryStore()
@@ -253,7 +253,7 @@ def test_ttl_puts_in_an_insert_first_batch_flag_the_entry(sync_store: Any) -> No
     """An item that never expires overwritten, with the rest of the namespace, by puts
     with a TTL: the entry is flagged and a listing after those items expire is empty."""
     store = sync_store()
-    for name in ("expires_at", "registry_until"):
+    for name in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(name)
     ns = ("ttl",)
     store.put(ns, "k4", {"v": 0})

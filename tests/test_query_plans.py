@@ -34,7 +34,7 @@ from langgraph.store.base import PutOp
 from pymongo import MongoClient
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
-from mongo_ckpt import MongoDBSaver
+from mongo_ckpt import MongoDBSaver, schema
 from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import index_models as store_index_models
@@ -46,6 +46,7 @@ PLANNED = (
     "find", "aggregate", "update", "delete", "count", "distinct", "findAndModify", "bulkWrite"
 )
 STORE_COLLECTION = "store"
+LEGACY_COLLECTION = "store_layout4"
 
 BACKENDS = [
     "wire",
@@ -246,7 +247,31 @@ def run_hot_paths(db: Any, recorder: Recorder) -> list[str]:
         recorder.label = label
         step()
     recorder.label = None
-    return [turn_label, *steps, *store_steps]
+    legacy = _store_before_item_indexes(db)
+    legacy.batch([PutOp(("users", str(u), "notes"), "n", {}) for u in range(registry.BATCH_FROM)])
+    legacy_steps = {
+        "store layout 4 list_namespaces folding": lambda: legacy.list_namespaces(prefix=("users",)),
+        "store layout 4 list_namespaces": lambda: legacy.list_namespaces(),
+        "store layout 4 TTL sweep": legacy.sweep_ttl,
+    }
+    for label, step in legacy_steps.items():
+        recorder.label = label
+        step()
+    recorder.label = None
+    return [turn_label, *steps, *store_steps, *legacy_steps]
+
+
+def _store_before_item_indexes(db: Any) -> MongoDBStore:
+    """A store on a collection at layout 4, with the registry's own indexes, as the
+    release before the registry moved onto the items' indexes left it."""
+    MongoDBStore(db.client, db.name, collection_name=LEGACY_COLLECTION).setup()
+    db[LEGACY_COLLECTION].create_indexes(registry_index_models(on_items=False))
+    key = {"_id": schema.store_key(LEGACY_COLLECTION)}
+    db[schema.SCHEMA_COLLECTION].update_one(key, {"$set": {"version": 4}})
+    store = MongoDBStore(db.client, db.name, collection_name=LEGACY_COLLECTION)
+    store.setup()
+    assert store.ops.batched and not store.ops.on_items
+    return store
 
 
 def plans(
@@ -304,6 +329,9 @@ def test_every_declared_index_is_read(recorded: tuple[Any, Recorder, bool]) -> N
         for model in models
     } | {
         (STORE_COLLECTION, model.document["name"])
-        for model in [*store_index_models(), *registry_index_models()]
+        for model in [*store_index_models(), *registry_index_models(on_items=True)]
+    } | {
+        (LEGACY_COLLECTION, model.document["name"])
+        for model in registry_index_models(on_items=False)
     }
     assert declared <= used, f"indexes no hot-path query reads: {declared - used}"

@@ -17,13 +17,14 @@ from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.namespaces import joined
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import sync_client
+from tests.store_support import ttl_indexes
 from tests.test_store_registry import LISTING, Stepper, _listed, _operation, _truth
 
 NAMES = [("users", f"u{i}", "memories") for i in range(registry.BATCH_FROM + 2)]
 
 
 def _batches(store: MongoDBStore) -> list[dict[str, Any]]:
-    return list(store.collections["store"].find(registry.BATCHES_QUERY))
+    return list(store.collections["store"].find(registry.batches_query(store.ops.on_items)))
 
 
 def _entries(store: MongoDBStore) -> dict[str, dict[str, Any]]:
@@ -59,7 +60,8 @@ def test_a_shorter_ttl_named_by_a_batch_document_is_noticed(make_store: Any) -> 
     entries (recorded as never expiring), and the probe finds the items expired."""
     store = make_store()
     store.setup()
-    for index in ("expires_at", "registry_until"):  # expired documents stay stored
+    # expired documents stay stored
+    for index in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(index)
     store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])  # never expire
     assert _listed(store) == NAMES

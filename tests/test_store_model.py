@@ -7,9 +7,9 @@ batches sent insert-first that meet stored items, several writes to one key, sho
 long TTLs), searches that refresh TTLs, a namespace emptied, the same batch again, two
 live instances taking turns (a second worker behind a load balancer), a new instance
 (cold), a collection that starts at store layout version 2 (puts moving every registry
-entry's version) or 3 (quiet puts, no batch documents) and is upgraded while the other
-instance still writes the older way, batches into two namespaces or more sending batch
-documents from layout 4 on (which listings fold),
+entry's version), 3 (quiet puts, no batch documents) or 4 (the registry on indexes of its
+own) and is upgraded while the other instance still writes the older way, batches into
+two namespaces or more sending batch documents from layout 4 on (which listings fold),
 client clocks minutes apart, listings (which settle the namespace registry), the
 TTL sweep, a call cut at a random step (before it is sent, in the middle of its bulk
 write, or with its reply lost) and then sent again with the same values or with others,
@@ -61,13 +61,14 @@ from langgraph.store.base import GetOp, Item, Op, PutOp
 from langgraph.store.memory import InMemoryStore
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt.schema import SCHEMA_COLLECTION, store_key
+from mongo_ckpt.schema import SCHEMA_COLLECTION, STORE_ITEM_INDEXES_VERSION, store_key
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import FOREVER, INSERTS_FROM
 from tests.backends import sync_client
 from tests.clock_skew import skewed_client_clock
 from tests.faults import CutFaults, Fault
 from tests.model_runs import run_model
+from tests.store_support import assert_entry_fields
 
 NAMESPACES = [
     ("users", "ada", "memories"),
@@ -104,7 +105,8 @@ LISTINGS = st.sampled_from([(None, None), (("users",), 2), (("users", "ada"), No
 CHECKED = dict.fromkeys(
     ["states", "items", "cut", "landed", "landed in a listing", "refused inserts",
      "settles", "hidden by a TTL", "maybe gone", "created_at kept", "empty namespaces",
-     "quiet beside moving", "folds", "batched beside entry statements"], 0
+     "quiet beside moving", "folds", "batched beside entry statements",
+     "on the items' indexes beside the registry's own"], 0
 )
 # What a default run must have exercised: a run short of one of them tests less than it says.
 REQUIRED = ["cut", "landed", "landed in a listing", "refused inserts", "settles", "folds",
@@ -237,6 +239,7 @@ class StoreModel(RuleBasedStateMachine):
         self.last: list[Op] | None = None
         self.started = time.monotonic()
         self.steps: list[str] = []
+        self.expiring_entries = True
 
     def _instance(self) -> MongoDBStore:
         """A store on the collection whose batches into two namespaces or more send batch
@@ -354,12 +357,16 @@ class StoreModel(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------
 
-    @initialize(layout=st.sampled_from([4, 3, 2]))
+    @initialize(layout=st.sampled_from([5, 4, 3, 2]))
     def start(self, layout: int) -> None:
         self.peer_offset = 180  # the other instance's clock starts 3 minutes ahead
         self.store.setup()
-        if layout < 4:  # as a release before quiet puts, or before batch documents, left it
+        # Every entry has an expires_at while no instance ever ran on an older layout.
+        self.expiring_entries = layout >= STORE_ITEM_INDEXES_VERSION
+        if layout < STORE_ITEM_INDEXES_VERSION:  # as a release before this one left it
             self.steps.append(f"layout {layout}")
+            collection = self.store.collections["store"]
+            collection.create_indexes(registry.index_models(on_items=False))
             versions = self.client[self.db_name][SCHEMA_COLLECTION]
             versions.update_one({"_id": store_key("store")}, {"$set": {"version": layout}})
             self.store = self._instance()
@@ -368,12 +375,14 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule()
     def upgrade(self) -> None:
-        """``store.upgrade()`` on one instance: it puts quietly and sends batch documents at
-        once, the other one keeps writing the older way until it is set up again."""
+        """``store.upgrade()`` on one instance: it puts quietly, sends batch documents and
+        lists on the items' indexes at once, the other one keeps writing the older way until
+        it is set up again."""
         self.steps.append("upgrade")
         self.store.upgrade()
         CHECKED["quiet beside moving"] += not self.peer.ops.quiet
         CHECKED["batched beside entry statements"] += not self.peer.ops.batched
+        CHECKED["on the items' indexes beside the registry's own"] += not self.peer.ops.on_items
 
     @rule(writes=BATCH, other_value=st.booleans())
     def write(self, writes: list[tuple[Any, ...]], other_value: bool) -> None:
@@ -578,6 +587,7 @@ class StoreModel(RuleBasedStateMachine):
                     f"registry entry of {ns!r}: {entry}, named {named.get(ns)}, items until {until}"
                 )
         for ns, entry in entries.items():
+            assert_entry_fields(entry, on_items=self.expiring_entries)
             until = entry[registry.UNTIL]
             # A batch document not folded yet: its fold flags the entry where it differs.
             folded_flag = ns in named and (until < named[ns] or until > earliest[ns])
@@ -657,5 +667,10 @@ def test_store_matches_its_model() -> None:
 @pytest.mark.parametrize("backend", ["mock", "wire"])
 def test_store_matches_its_model_long(backend: str) -> None:
     checked = _run(backend, examples=120 if backend == "mock" else 40, steps=50)
-    long_run = [*REQUIRED, "quiet beside moving", "batched beside entry statements"]
+    long_run = [
+        *REQUIRED,
+        "quiet beside moving",
+        "batched beside entry statements",
+        "on the items' indexes beside the registry's own",
+    ]
     assert all(checked[name] for name in long_run), checked

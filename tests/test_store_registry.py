@@ -35,7 +35,7 @@ from mongo_ckpt.store.vectors import Embedded
 from tests.backends import maybe_await, sync_client, uri_for
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Interleave
-from tests.store_support import StoreApi
+from tests.store_support import StoreApi, assert_entry_fields, ttl_indexes
 
 NS = ("users", "u1", "memories")
 
@@ -102,7 +102,8 @@ def _expire_now(store: Any, key: str) -> None:
 def test_a_shorter_ttl_on_the_last_item_is_noticed(make_store: Any) -> None:
     store = make_store()
     store.setup()
-    for index in ("expires_at", "registry_until"):  # expired documents stay stored
+    # expired documents stay stored
+    for index in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(index)
     store.put(NS, "k", {"v": 1})  # never expires
     store.put(NS, "k", {"v": 2}, ttl=5)  # now it does: the entry is flagged
@@ -275,6 +276,7 @@ def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
             named[key] = (max(before[0], latest), min(before[1], earliest))
     for entry in entries:
         until = entry[registry.UNTIL]
+        assert_entry_fields(entry, store.ops.on_items)
         listed = until.replace(tzinfo=now.tzinfo) > now
         pending = named.get(entry[registry.LISTED])
         # The fold of a batch document naming it flags the entry where it differs.
@@ -300,7 +302,7 @@ def _previous_listing(store: MongoDBStore) -> Operation[Any]:
     flagged entries by reading their ``version``, probing their items and writing the
     exact entry only if the ``version`` is still the one it read."""
     now = documents.utc_now()
-    pipeline = registry.listing_pipeline(LISTING, now, 10)
+    pipeline = registry.listing_pipeline(LISTING, now, 10, on_items=False)
     groups = yield from aggregate(STORE, pipeline)
     flagged = sorted({e for g in groups if not g["unflagged"] for e in g["flagged"] if e})
     if flagged:
@@ -434,14 +436,15 @@ class Run:
 SAMPLED = 400
 
 
-# The lister and the layout the writers run on (previous, quiet, batch documents): this
-# release's on each layout (batch documents even for one namespace), the previous
-# release's beside this one's puts on layout version 2 (a rolling deployment).
+# The lister and the layout the writers run on (previous, quiet, batch documents, registry
+# on the items' indexes): this release's on layout versions 5 (batch documents even for
+# one namespace), 3 and 2, the previous release's beside this one's puts on layout version
+# 2 (a rolling deployment).
 LISTERS = {
-    "batch documents": (False, True, True),
-    "quiet puts": (False, True, False),
-    "moving versions": (False, False, False),
-    "previous release's listing": (True, False, False),
+    "batch documents": (False, True, True, True),
+    "quiet puts": (False, True, False, False),
+    "moving versions": (False, False, False, False),
+    "previous release's listing": (True, False, False, False),
 }
 
 
@@ -456,7 +459,7 @@ def test_interleavings_of_the_last_items_writes_and_a_listing(
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)
     store.setup()
-    previous, store.ops.quiet, store.ops.batched = LISTERS[lister]
+    previous, store.ops.quiet, store.ops.batched, store.ops.on_items = LISTERS[lister]
     store.ops.batch_from = 1
     race = Race(store, SCENARIOS[scenario], beside, previous)
     rng = random.Random(f"{scenario} {put_shape} {beside}")
@@ -577,7 +580,7 @@ def _monitorless(db_name: str) -> MongoDBStore:
     TTL indexes on every read)."""
     store = MongoDBStore(sync_client("mock"), db_name)
     store.setup()
-    for index in ("expires_at", "registry_until"):
+    for index in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(index)
     return store
 

@@ -16,8 +16,9 @@ import pytest
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
-from mongo_ckpt.store import MongoDBStore, documents
+from mongo_ckpt.store import MongoDBStore, documents, registry
 from tests import rolling_store
+from tests.store_support import assert_entry_fields
 from tests.test_rolling_upgrade import ROOT, OldRelease, _having, history, release_tree
 
 SCRIPT = ROOT / "tests" / "rolling_store.py"
@@ -26,11 +27,15 @@ ITEMS = [(["roll", f"n{n}"], f"k{k}") for n in range(3) for k in range(12)]
 
 # Previous releases of the store, each the newest commit of ``HEAD``'s history without a
 # line of what came after it: batches sent insert-first; quiet puts (store layout 3);
-# batch documents (store layout 4).
+# batch documents (store layout 4); the registry on the items' indexes (store layout 5).
 RELEASES = {
     "before insert-first": ("^INSERTS_FROM = ", "store/documents.py"),
     "before quiet puts": ("^STORE_QUIET_PUTS_VERSION = ", "mongo_ckpt/schema.py"),
     "before batch documents": ("^STORE_BATCH_DOCUMENTS_VERSION = ", "mongo_ckpt/schema.py"),
+    "before the registry on the items' indexes": (
+        "^STORE_ITEM_INDEXES_VERSION = ",
+        "mongo_ckpt/schema.py",
+    ),
 }
 
 
@@ -109,11 +114,13 @@ def test_the_previous_release_and_this_one_write_and_read_one_collection(
         old.stop()
 
 
-# What a release's layout gates: whether this release's store may put quietly, and
-# whether it may send batch documents, on the layout that release records.
+# What a release's layout gates: whether this release's store may put quietly, whether
+# it may send batch documents, and whether its registry is on the items' indexes, on the
+# layout that release records.
 GATED = {
     "before quiet puts": lambda store: store.ops.quiet,
     "before batch documents": lambda store: store.ops.batched,
+    "before the registry on the items' indexes": lambda store: store.ops.on_items,
 }
 
 
@@ -122,8 +129,10 @@ def test_a_previous_release_refuses_a_collection_upgraded_past_it(
     release: str, tmp_path_factory: Any, database: tuple[str, Any, str, bool]
 ) -> None:
     """The previous release records its layout on a new collection; this release's
-    ``setup()`` keeps it (quiet puts, or batch documents, off, as that release's listings
-    need) until ``upgrade()``, after which the previous release refuses to start."""
+    ``setup()`` keeps it (quiet puts, batch documents, or the registry on the items'
+    indexes off, as that release needs) until ``upgrade()``, after which the previous
+    release refuses to start, and every entry, the previous release's too, is found by
+    its marks and expires with its items."""
     tree = release_named(release, tmp_path_factory)
     gated = GATED[release]
     uri, client, db_name, direct = database
@@ -142,6 +151,10 @@ def test_a_previous_release_refuses_a_collection_upgraded_past_it(
         old.stop()
     store.upgrade()
     assert gated(store)
+    collection = store.collections["store"]
+    for entry in collection.find({registry.LISTED: {"$exists": True, "$ne": registry.BATCHES}}):
+        assert_entry_fields(entry, on_items=True)
+    assert not {"registry_levels", "registry_until"} & set(collection.index_information())
     with pytest.raises(AssertionError, match="SchemaTooNewError"):
         OldRelease(tree, uri, db_name, direct, script=SCRIPT).stop()
     store.batch([PutOp(("roll", f"n{n}"), "k", {"v": n}) for n in range(2, 4)])

@@ -14,7 +14,7 @@ from mongo_ckpt.store import documents, registry
 from mongo_ckpt.store.documents import EPOCH, FOREVER, index_models, revive_requests
 from tests.backends import maybe_await
 from tests.clock_skew import skewed_client_clock
-from tests.store_support import DIMS, FakeEmbeddings
+from tests.store_support import DIMS, FakeEmbeddings, ttl_indexes
 
 LONG_AGO = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
@@ -50,7 +50,8 @@ async def _no_ttl_monitor(store: Any) -> Any:
     stored, as they do for up to a minute on MongoDB (mongomock and SecantusDB delete them
     within a second, the latter even in the middle of a write that upserts the entry)."""
     await store.asetup()
-    for index in ("expires_at", "registry_until"):
+    info = await maybe_await(store.collections["store"].index_information())
+    for index in ttl_indexes(info):
         await maybe_await(store.collections["store"].drop_index(index))
     return store
 
