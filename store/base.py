@@ -229,11 +229,13 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
 
     def upgrade(self) -> None:
         """``setup``, then record the current layout version: puts of this store leave a
-        namespace's registry entry unwritten when it needs no change, other stores of this
-        release do from their next ``setup``, and releases before it refuse the collection
-        at setup. Run it (or ``mongo-ckpt upgrade --store``) once no process of such a
-        release is left (docs/operations.md). Idempotent. A coroutine on
-        ``AsyncMongoDBStore``."""
+        namespace's registry entry unwritten when it needs no change, batches into many
+        namespaces send one batch document, and the registry moves onto the items' indexes
+        (existing entries get their marks and ``expires_at``, its own indexes are dropped);
+        other stores of this release follow from their next ``setup``, and releases before
+        it refuse the collection at setup. Run it (or ``mongo-ckpt upgrade --store``) once
+        no process of such a release is left (docs/operations.md). Idempotent. A coroutine
+        on ``AsyncMongoDBStore``."""
         self._is_setup = False  # setup first, as on first use
         self._run(self._upgraded(), SpanInfo("upgrade"))
 

@@ -284,9 +284,11 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
         "checkpoint documents and compressed values: savers of this release write them "
         "from then on (within a minute, without a restart), and releases before them refuse "
         "the database. With --store, the store collection instead: record that every "
-        "writer claims registry entries before settling them, so puts into a namespace "
-        "leave its entry unwritten when it needs no change (stores of this release from "
-        "their next setup). Run it "
+        "writer claims registry entries before settling them, folds batch documents and "
+        "keeps an entry's expires_at its listed_until, so puts into a namespace leave its "
+        "entry unwritten when it needs no change, batches into many namespaces send one "
+        "batch document, and the registry moves onto the items' indexes (its own are "
+        "dropped); stores of this release follow from their next setup. Run it "
         "once no process of an earlier release is left (after a rolling upgrade). Idempotent."
     ),
 )
