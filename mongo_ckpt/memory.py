@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from mongo_ckpt.delta import RangeRead
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
+from mongo_ckpt.schema import LAYOUT_RECHECK_SECONDS
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
 # Bytes of element digests and of chains read (and per-link bookkeeping) one saver
@@ -54,9 +55,6 @@ CACHED_CHECKPOINTS = 4096
 # LangGraph makes right after it (taken once): their stored bytes, and for how long.
 PREFETCHED_BYTES = 16 * 2**20
 PREFETCH_SECONDS = 10.0
-# While the database does not allow deltas, how often a saver reads its layout version
-# again, so an upgrade by another process takes effect without a restart.
-LAYOUT_RECHECK_SECONDS = 60.0
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -90,6 +90,9 @@ STORE_BATCH_DOCUMENTS_VERSION = 4
 # (its entries expire by ``expires_at``), which releases before it would not keep.
 STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
+# While the recorded version is below the current one, how often a saver or a store reads
+# it again, so an upgrade by another process takes effect without a restart.
+LAYOUT_RECHECK_SECONDS = 60.0
 # Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
 UPGRADE_LIMIT = 10_000
 

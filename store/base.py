@@ -209,10 +209,14 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         return (yield from operation)
 
     def _setup_once(self) -> Operation[None]:
-        """Index creation (and the vector index where there is one), unless done already."""
+        """Index creation (and the vector index where there is one), unless done already;
+        while the collection is on an older layout, its version is read again at most once
+        a minute."""
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self.collections[STORE].name)
             self._is_setup = True
+        elif self.ops.recheck_due():
+            yield from self.ops.recheck_layout(self.db.name, self.collections[STORE].name)
 
     # -- sync API -------------------------------------------------------------
 
@@ -232,7 +236,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         namespace's registry entry unwritten when it needs no change, batches into many
         namespaces send one batch document, and the registry moves onto the items' indexes
         (existing entries get their marks and ``expires_at``, its own indexes are dropped);
-        other stores of this release follow from their next ``setup``, and releases before
+        other stores of this release follow within a minute, and releases before
         it refuse the collection at setup. Run it (or ``mongo-ckpt upgrade --store``) once
         no process of such a release is left (docs/operations.md). Idempotent. A coroutine
         on ``AsyncMongoDBStore``."""

@@ -17,6 +17,7 @@ the page is cut; the calls per batch stay the same.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -136,6 +137,7 @@ class StoreOperations:
         # Whether the registry is on the items' indexes: the recorded layout version says
         # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
         self.on_items = False
+        self._next_check = 0.0  # when to read an older layout version again
 
     # -- setup ----------------------------------------------------------------
 
@@ -185,18 +187,34 @@ class StoreOperations:
         self.quiet = version >= schema.STORE_QUIET_PUTS_VERSION
         self.batched = version >= schema.STORE_BATCH_DOCUMENTS_VERSION
         self.on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
+        self._next_check = time.monotonic() + schema.LAYOUT_RECHECK_SECONDS
+
+    def recheck_due(self) -> bool:
+        """Whether to read the layout version again: it was older than the current one
+        ``schema.LAYOUT_RECHECK_SECONDS`` ago (an upgrade elsewhere then takes effect
+        without a restart; the registry's own indexes it drops would otherwise be missed)."""
+        return not self.on_items and time.monotonic() >= self._next_check
+
+    def recheck_layout(self, db_name: str, collection_name: str) -> Operation[None]:
+        """Read the recorded layout version (one ``find_one``) and use it."""
+        key = schema.store_key(collection_name)
+        where = f"database {db_name!r} (collection {collection_name})"
+        found = yield from schema.read(key, where)
+        if found is not None:
+            self._use_layout(found)
 
     def upgrade(self, collection_name: str) -> Operation[None]:
         """After ``setup``: the current layout version recorded, since every process writing
         the collection settles registry entries by claiming them, folds batch documents and
         keeps an entry's ``expires_at`` its ``listed_until``, so puts may be quiet, batches
         may send batch documents, and the registry moves onto the items' indexes: entries
-        are given their ``expires_at`` and marks (again after the record, for those other
-        processes of this release created meanwhile), then its own indexes are dropped."""
+        are given their marks, the version is recorded, they are given their ``expires_at``
+        (and the marks of those the previous release created meanwhile), then its own
+        indexes are dropped."""
         key = schema.store_key(collection_name)
-        yield from bulk_write(STORE, registry.upgrade_requests(), ordered=True)
+        yield from bulk_write(STORE, registry.upgrade_requests(recorded=False), ordered=True)
         yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
-        yield from bulk_write(STORE, registry.upgrade_requests(), ordered=True)
+        yield from bulk_write(STORE, registry.upgrade_requests(recorded=True), ordered=True)
         indexes = yield from index_information(STORE)
         for model in registry.index_models(on_items=False):
             if model.document["name"] in indexes:

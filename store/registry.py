@@ -383,18 +383,20 @@ def expired_entries(now: datetime, on_items: bool) -> dict[str, Any]:
     return {PREFIXES: ROOT_MARK, **expired} if on_items else expired
 
 
-def upgrade_requests() -> list[UpdateMany]:
+def upgrade_requests(*, recorded: bool) -> list[UpdateMany]:
     """Moving the registry onto the items' indexes (``schema.STORE_ITEM_INDEXES_VERSION``):
-    each entry's ``expires_at`` set to its ``listed_until``, and the marks of entries and
-    batch documents written by releases before this one, which wrote none."""
+    the marks of entries and batch documents written by releases before this one, which
+    wrote none, and once the version is ``recorded`` each entry's ``expires_at`` set to its
+    ``listed_until`` (before, a release that raises ``listed_until`` alone may still write
+    here, as after an upgrade that failed before its record)."""
     level = {"$concat": [SEPARATOR, "$$level"]}
     levels = {"$map": {"input": f"${LEVELS}", "as": "level", "in": level}}
     marked = {"$concatArrays": [[ROOT_MARK], levels]}
+    fields: dict[str, Any] = {PREFIXES: marked}
+    if recorded:
+        fields[EXPIRES] = f"${UNTIL}"
     return [
-        UpdateMany(
-            {LISTED: {"$exists": True, "$ne": BATCHES}},
-            [{"$set": {PREFIXES: marked, EXPIRES: f"${UNTIL}"}}],
-        ),
+        UpdateMany({LISTED: {"$exists": True, "$ne": BATCHES}}, [{"$set": fields}]),
         UpdateMany({LISTED: BATCHES}, {"$set": {PREFIXES: [BATCH_MARK]}}),
     ]
 

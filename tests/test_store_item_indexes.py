@@ -11,11 +11,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
 
-from mongo_ckpt.schema import SCHEMA_COLLECTION, STORE_ITEM_INDEXES_VERSION, read_version, store_key
+from mongo_ckpt import schema
+from mongo_ckpt.schema import (
+    SCHEMA,
+    SCHEMA_COLLECTION,
+    STORE_ITEM_INDEXES_VERSION,
+    read_version,
+    store_key,
+)
 from mongo_ckpt.store import MongoDBStore, registry
+from tests.backends import count_calls
 from tests.store_support import assert_entry_fields
 
 NAMES = [("users", f"u{i}", "memories") for i in range(registry.BATCH_FROM)]
@@ -149,3 +158,52 @@ def test_a_process_set_up_before_the_upgrade_keeps_entries_expiring_with_their_i
     store.upgrade()
     for entry in _entries(store).values():
         assert_entry_fields(entry, on_items=True)
+
+
+def test_an_upgrade_cut_before_its_record_leaves_no_expiry_on_entries(
+    make_store: Any, monkeypatch: Any
+) -> None:
+    """An upgrade that fails before it records version 5 has given entries their marks
+    only: the previous release, still allowed on the collection, raises ``listed_until``
+    alone, and the items' TTL index must find no earlier ``expires_at`` to delete the
+    entry at."""
+    old = _at_layout_4(make_store)
+    old.put(("a",), "short", {"v": 1}, ttl=30)
+    collection = old.collections["store"]
+    collection.update_many({registry.LISTED: {"$exists": True}}, {"$unset": {"prefixes": ""}})
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the record was cut")
+        yield  # a generator, as schema.record is
+
+    monkeypatch.setattr(schema, "record", cut)
+    with pytest.raises(ConnectionError):
+        make_store().upgrade()
+    monkeypatch.undo()
+    assert read_version(old.db, store_key("store")) == 4
+    (entry,) = _entries(old).values()
+    assert entry[registry.PREFIXES] == registry.marks(("a",))
+    assert entry.get(registry.EXPIRES) is None
+    assert set(collection.index_information()) > ITEM_INDEXES  # the registry's own stay
+
+
+def test_a_store_set_up_before_the_upgrade_reads_the_version_again(
+    make_store: Any, monkeypatch: Any
+) -> None:
+    """A store on layout 4 reads the version again before an operation once
+    ``LAYOUT_RECHECK_SECONDS`` passed, and after another process's upgrade lists on the
+    items' indexes (the registry's own are gone) without a restart; on layout 5 it never
+    reads it again."""
+    monkeypatch.setattr(schema, "LAYOUT_RECHECK_SECONDS", 0.0)
+    stale = _at_layout_4(make_store)
+    stale.put(("a",), "k", {"v": 1})
+    assert not stale.ops.on_items
+    store = make_store()
+    store.upgrade()
+    calls = count_calls(stale.collections)
+    assert stale.list_namespaces() == [("a",)]
+    assert stale.ops.on_items
+    assert calls[(SCHEMA, "find_one")] == 1  # the version, read once
+    calls.clear()
+    assert stale.list_namespaces() == [("a",)]
+    assert calls == {("store", "aggregate"): 1}

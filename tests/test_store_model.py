@@ -377,7 +377,7 @@ class StoreModel(RuleBasedStateMachine):
     def upgrade(self) -> None:
         """``store.upgrade()`` on one instance: it puts quietly, sends batch documents and
         lists on the items' indexes at once, the other one keeps writing the older way until
-        it is set up again."""
+        it reads the version again (a minute later, longer than a run) or is set up again."""
         self.steps.append("upgrade")
         self.store.upgrade()
         CHECKED["quiet beside moving"] += not self.peer.ops.quiet

@@ -288,7 +288,7 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
         "keeps an entry's expires_at its listed_until, so puts into a namespace leave its "
         "entry unwritten when it needs no change, batches into many namespaces send one "
         "batch document, and the registry moves onto the items' indexes (its own are "
-        "dropped); stores of this release follow from their next setup. Run it "
+        "dropped); other stores of this release follow within a minute. Run it "
         "once no process of an earlier release is left (after a rolling upgrade). Idempotent."
     ),
 )
