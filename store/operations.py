@@ -137,6 +137,7 @@ class StoreOperations:
         # Whether the registry is on the items' indexes: the recorded layout version says
         # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
         self.on_items = False
+        self.layout = 0  # the highest layout version read: versions are only ever raised
         self._next_check = 0.0  # when to read an older layout version again
 
     # -- setup ----------------------------------------------------------------
@@ -183,25 +184,30 @@ class StoreOperations:
         return [*documents.index_models(), *registry.index_models(on_items)]
 
     def _use_layout(self, version: int) -> None:
-        """What the store's writes and listings may rely on at layout ``version``."""
-        self.quiet = version >= schema.STORE_QUIET_PUTS_VERSION
-        self.batched = version >= schema.STORE_BATCH_DOCUMENTS_VERSION
-        self.on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
+        """What the store's writes and listings may rely on at layout ``version``, or at
+        the higher one read before (a read answered late never lowers it)."""
+        self.layout = max(self.layout, version)
+        self.quiet = self.layout >= schema.STORE_QUIET_PUTS_VERSION
+        self.batched = self.layout >= schema.STORE_BATCH_DOCUMENTS_VERSION
+        self.on_items = self.layout >= schema.STORE_ITEM_INDEXES_VERSION
         self._next_check = time.monotonic() + schema.LAYOUT_RECHECK_SECONDS
 
     def recheck_due(self) -> bool:
-        """Whether to read the layout version again: it was older than the current one
+        """Whether to read the layout version again, claiming the read (the operations
+        running beside this one do not read it too): it was older than the current one
         ``schema.LAYOUT_RECHECK_SECONDS`` ago (an upgrade elsewhere then takes effect
         without a restart; the registry's own indexes it drops would otherwise be missed)."""
-        return not self.on_items and time.monotonic() >= self._next_check
+        if self.on_items or time.monotonic() < self._next_check:
+            return False
+        self._next_check = time.monotonic() + schema.LAYOUT_RECHECK_SECONDS
+        return True
 
     def recheck_layout(self, db_name: str, collection_name: str) -> Operation[None]:
         """Read the recorded layout version (one ``find_one``) and use it."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         found = yield from schema.read(key, where)
-        if found is not None:
-            self._use_layout(found)
+        self._use_layout(found or 0)
 
     def upgrade(self, collection_name: str) -> Operation[None]:
         """After ``setup``: the current layout version recorded, since every process writing

@@ -23,7 +23,7 @@ from mongo_ckpt.schema import (
     read_version,
     store_key,
 )
-from mongo_ckpt.store import MongoDBStore, registry
+from mongo_ckpt.store import MongoDBStore, operations, registry
 from tests.backends import count_calls
 from tests.store_support import assert_entry_fields
 
@@ -207,3 +207,32 @@ def test_a_store_set_up_before_the_upgrade_reads_the_version_again(
     calls.clear()
     assert stale.list_namespaces() == [("a",)]
     assert calls == {("store", "aggregate"): 1}
+
+
+def test_the_version_is_read_again_at_most_once_a_minute(
+    make_store: Any, monkeypatch: Any
+) -> None:
+    """On layout 4 the first operation a minute after the last read reads the version
+    again, and claims that read (operations beside it do not read it too), also when the
+    version document is gone; a version read lower than one read before (a read answered
+    after an upgrade) never turns the newer layout off."""
+    now = [0.0]
+    monkeypatch.setattr(operations.time, "monotonic", lambda: now[0])
+    stale = _at_layout_4(make_store)
+    calls = count_calls(stale.collections)
+    stale.get(("a",), "k")
+    assert calls[(SCHEMA, "find_one")] == 0
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    assert stale.ops.recheck_due() and not stale.ops.recheck_due()  # claimed
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    stale.db[SCHEMA_COLLECTION].delete_one({"_id": store_key("store")})
+    for _ in range(3):
+        stale.get(("a",), "k")
+    assert calls[(SCHEMA, "find_one")] == 1
+    assert (stale.ops.batched, stale.ops.on_items) == (True, False)
+    store = make_store()
+    store.upgrade()
+    versions = store.db[SCHEMA_COLLECTION]
+    versions.update_one({"_id": store_key("store")}, {"$set": {"version": 4}})
+    store.setup()
+    assert store.ops.on_items
