@@ -5,8 +5,9 @@ Registry documents live in the store's collection, beside the items, so a put wr
 its item and its namespace's entry in one ``bulk_write`` (one command)::
 
     {_id: "namespace:<joined>", ns: NUL + <joined>, listed: <joined>, namespace: [labels],
-     levels: [prefixes],
+     levels: [prefixes], prefixes: marks(namespace),
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
+     expires_at: <listed_until, or null before STORE_ITEM_INDEXES_VERSION>,
      version: <random>, recheck: <bool>, claimed: <bool>}
 
 They have no ``key``, an ``ns`` no item has (a joined namespace never starts with NUL),
