@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from mongo_ckpt.delta import RangeRead
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
-from mongo_ckpt.schema import LAYOUT_RECHECK_SECONDS
+from mongo_ckpt.schema import LayoutRecheck
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
 # Bytes of element digests and of chains read (and per-link bookkeeping) one saver
@@ -162,7 +162,7 @@ class CheckpointMemory:
         self.slim_allowed = False
         # Whether it records that every writer reads compressed values (same).
         self.compression_allowed = False
-        self._next_check = 0.0
+        self._recheck = LayoutRecheck()
         self._lock = threading.Lock()
         # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
         # checkpoint) for one read.
@@ -187,15 +187,16 @@ class CheckpointMemory:
         compressed values."""
         self.deltas_allowed, self.slim_allowed = allowed, slim
         self.compression_allowed = compressed
-        self._next_check = monotonic() + LAYOUT_RECHECK_SECONDS
+        self._recheck.read()
 
     def recheck_due(self) -> bool:
-        """Whether to read the layout version again: slim documents, compressed values, or
-        wanted deltas, not yet allowed, and it was last read ``LAYOUT_RECHECK_SECONDS`` ago."""
+        """Whether to read the layout version again, claiming the read: slim documents,
+        compressed values, or wanted deltas, are not yet allowed, and it was last read
+        ``LAYOUT_RECHECK_SECONDS`` ago (``schema.LayoutRecheck``)."""
         waiting = not (self.slim_allowed and self.compression_allowed) or (
             self.deltas_wanted and not self.deltas_allowed
         )
-        return waiting and monotonic() >= self._next_check
+        return waiting and self._recheck.claim()
 
     # -- checkpoints ----------------------------------------------------------------
 

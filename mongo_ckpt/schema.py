@@ -59,6 +59,7 @@ import shlex
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
+from time import monotonic
 from typing import Any
 
 from mongo_ckpt.calls import Operation, find_one, update_one
@@ -103,6 +104,27 @@ class SchemaTooNewError(MongoCkptError, RuntimeError):
 
 class SchemaUpgradeRequired(MongoCkptError, RuntimeError):
     """The data needs an upgrade (or a migration) that ``setup()`` does not run itself."""
+
+
+class LayoutRecheck:
+    """When a saver or a store whose recorded layout version is older than the current one
+    reads it again: once ``LAYOUT_RECHECK_SECONDS`` passed since the last read, by one of
+    the operations running at that moment (it claims the read before sending it)."""
+
+    def __init__(self) -> None:
+        self._next = 0.0
+
+    def read(self) -> None:
+        """The version was just read (by ``setup`` or a recheck)."""
+        self._next = monotonic() + LAYOUT_RECHECK_SECONDS
+
+    def claim(self) -> bool:
+        """Whether the version is due to be read again; the read is then claimed, so the
+        operations running beside this one do not send it too."""
+        if monotonic() < self._next:
+            return False
+        self.read()
+        return True
 
 
 def saver_key(checkpoints: str) -> str:

@@ -17,7 +17,6 @@ the page is cut; the calls per batch stay the same.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -138,7 +137,7 @@ class StoreOperations:
         # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
         self.on_items = False
         self.layout = 0  # the highest layout version read: versions are only ever raised
-        self._next_check = 0.0  # when to read an older layout version again
+        self._recheck = schema.LayoutRecheck()
 
     # -- setup ----------------------------------------------------------------
 
@@ -190,17 +189,14 @@ class StoreOperations:
         self.quiet = self.layout >= schema.STORE_QUIET_PUTS_VERSION
         self.batched = self.layout >= schema.STORE_BATCH_DOCUMENTS_VERSION
         self.on_items = self.layout >= schema.STORE_ITEM_INDEXES_VERSION
-        self._next_check = time.monotonic() + schema.LAYOUT_RECHECK_SECONDS
+        self._recheck.read()
 
     def recheck_due(self) -> bool:
         """Whether to read the layout version again, claiming the read (the operations
         running beside this one do not read it too): it was older than the current one
         ``schema.LAYOUT_RECHECK_SECONDS`` ago (an upgrade elsewhere then takes effect
         without a restart; the registry's own indexes it drops would otherwise be missed)."""
-        if self.on_items or time.monotonic() < self._next_check:
-            return False
-        self._next_check = time.monotonic() + schema.LAYOUT_RECHECK_SECONDS
-        return True
+        return not self.on_items and self._recheck.claim()
 
     def recheck_layout(self, db_name: str, collection_name: str) -> Operation[None]:
         """Read the recorded layout version (one ``find_one``) and use it."""

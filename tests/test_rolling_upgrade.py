@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mongo_ckpt import MongoDBSaver, memory
+from mongo_ckpt import MongoDBSaver, schema
 from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.layout import Layout
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, read_version, saver_key
@@ -185,7 +185,7 @@ def test_previous_release_and_this_one_share_a_thread_then_upgrade(
     assert result.output.strip() == f"{db_name}: layout version {version} -> version 6"
     # The running saver reads the version again within a minute, without a restart.
     real = time.monotonic
-    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
+    monkeypatch.setattr(schema, "monotonic", lambda: real() + 61)
     for number in (len(sides) + 1, len(sides) + 2):
         answer = turn(graph, f"turn {number}: {PADDING}")
         print(f"turn {number} (new release, upgraded): read {answer['read']} messages, "

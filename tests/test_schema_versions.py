@@ -3,6 +3,7 @@ the command that does), and refuses data written by a newer mongo-ckpt."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -10,10 +11,11 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt import (
+    AsyncMongoDBSaver,
     MongoDBSaver,
     SchemaTooNewError,
     SchemaUpgradeRequired,
-    memory,
+    schema,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import (
@@ -155,12 +157,12 @@ async def check_layout_3_keeps_whole_values_until_the_upgrade_step(
     assert await count(run, BLOBS, deltas) == 0
     # A minute on, it reads the version once and writes deltas from then on.
     real = time.monotonic
-    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
+    monkeypatch.setattr(schema, "monotonic", lambda: real() + 61)
     await chat(running, "five", "six")
     assert calls[("schema", "find_one")] == 1
     written = await count(run, BLOBS, deltas)
     assert written > 0
-    monkeypatch.setattr(memory, "monotonic", lambda: real() + 3600)
+    monkeypatch.setattr(schema, "monotonic", lambda: real() + 3600)
     messages = await chat(running, "seven")
     assert calls[("schema", "find_one")] == 1
     assert len(messages) == 14 and contents(messages)[-1] == ("ai", "#13: seven")
@@ -194,7 +196,7 @@ async def check_layout_4_keeps_its_documents_until_the_upgrade_step(
     # A minute on, it reads the version again and writes slim documents: the metadata
     # (plain BSON reads it back exactly) once.
     real = time.monotonic
-    monkeypatch.setattr(memory, "monotonic", lambda: real() + 61)
+    monkeypatch.setattr(schema, "monotonic", lambda: real() + 61)
     await chat(running, "four")
     assert await count(run, CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == version_4 + 3
     assert await count(run, CHECKPOINTS, slim) == 3
@@ -288,3 +290,36 @@ def test_sync_store_refuses_newer_versions(make_store: Any) -> None:
     store.db[SCHEMA_COLLECTION].update_one({"_id": store_key("store")}, {"$set": {"version": 9}})
     with pytest.raises(SchemaTooNewError, match="layout version 9"):
         make_store().get(("users", "1"), "prefs")
+
+
+async def test_calls_beside_each_other_read_an_older_version_once(
+    aclient: Any, db_name: str, monkeypatch: Any
+) -> None:
+    """A saver on an older layout reads the version again once a minute passed, by one of
+    the calls running at that moment: the read is claimed before it is sent."""
+    now = [0.0]
+    monkeypatch.setattr(schema, "monotonic", lambda: now[0])
+    first = AsyncMongoDBSaver(aclient, db_name)
+    await first.setup()
+    await set_version(first, saver_key("checkpoints"), schema.SLIM_DOCUMENTS_VERSION)
+    saver = AsyncMongoDBSaver(aclient, db_name)
+    await saver.setup()
+    calls = count_calls(saver.collections)
+    config = thread("t")
+    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
+    assert calls[("schema", "find_one")] == 0
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    assert saver.memory.recheck_due() and not saver.memory.recheck_due()  # claimed
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
+    assert calls[("schema", "find_one")] == 1
+    assert not saver.memory.compression_allowed
+    await first.upgrade()
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
+    assert calls[("schema", "find_one")] == 2
+    assert saver.memory.compression_allowed
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
+    assert calls[("schema", "find_one")] == 2  # at the current version: never again
+    await maybe_await(aclient.drop_database(db_name))

@@ -23,7 +23,7 @@ from mongo_ckpt.schema import (
     read_version,
     store_key,
 )
-from mongo_ckpt.store import MongoDBStore, operations, registry
+from mongo_ckpt.store import MongoDBStore, registry
 from tests.backends import count_calls
 from tests.store_support import assert_entry_fields
 
@@ -217,7 +217,7 @@ def test_the_version_is_read_again_at_most_once_a_minute(
     version document is gone; a version read lower than one read before (a read answered
     after an upgrade) never turns the newer layout off."""
     now = [0.0]
-    monkeypatch.setattr(operations.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(schema, "monotonic", lambda: now[0])
     stale = _at_layout_4(make_store)
     calls = count_calls(stale.collections)
     stale.get(("a",), "k")
