@@ -188,7 +188,8 @@ class CheckpointOperations:
 
     def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
         """Check the recorded layout version; upgrade and record it when older, up to
-        ``schema.SAVER_SETUP_VERSION`` (a new, empty database gets the current version).
+        ``schema.SAVER_SETUP_VERSION`` (a new, empty database gets the current version, or
+        the one another process recorded since the read: ``schema.record_first``).
 
         One round trip when nothing is to upgrade. Unversioned collections are new
         (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
@@ -200,11 +201,13 @@ class CheckpointOperations:
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
             self._note_layout(found)
             return
+        empty = False
         if found is None:
             sample = yield from find(
                 CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1
             )
-            if not sample:
+            empty = not sample
+            if empty:
                 found = schema.SAVER_SCHEMA_VERSION
             elif not isinstance(sample[0].get("checkpoint"), Mapping):
                 raise schema.SchemaUpgradeRequired(
@@ -217,6 +220,11 @@ class CheckpointOperations:
             else:
                 found = 1
         yield from self.create_indexes()
+        if empty:
+            found = yield from schema.record_first(key, self.layout.by_logical(), found, where)
+            if found >= schema.SAVER_SETUP_VERSION:
+                self._note_layout(found)
+                return
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         recorded = max(found, schema.SAVER_SETUP_VERSION)

@@ -13,7 +13,9 @@ version raises ``SchemaTooNewError`` before any data is read or written. Version
 only go up (``$max``).
 
 A version that changes what readers must understand (4: list deltas, 5: slim checkpoint
-documents, 6: compressed values) is recorded by ``setup()`` only on a new, empty database.
+documents, 6: compressed values) is recorded by ``setup()`` only on a new, empty database,
+and only if no version was recorded since it read none (``record_first``): a process of
+another release setting it up at the same moment keeps it on the layout it recorded first.
 On existing data only the explicit upgrade step records it (``saver.upgrade()``,
 ``mongo-ckpt upgrade``), run once every process runs a release that reads it; until then
 the saver writes what the recorded version reads. Once it is recorded, earlier releases
@@ -62,7 +64,7 @@ from importlib.metadata import PackageNotFoundError, version
 from time import monotonic
 from typing import Any
 
-from mongo_ckpt.calls import Operation, find_one, update_one
+from mongo_ckpt.calls import Operation, find_one, find_one_and_update, update_one
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
@@ -158,6 +160,11 @@ def read(key: str, where: str) -> Operation[int | None]:
     """The recorded version of ``key`` (``None`` when unversioned); raises
     ``SchemaTooNewError`` when it is newer than this release understands."""
     doc = yield from find_one(SCHEMA, {"_id": key})
+    return _understood(doc, key, where)
+
+
+def _understood(doc: Mapping[str, Any] | None, key: str, where: str) -> int | None:
+    """The version in ``doc``; raises ``SchemaTooNewError`` when this release cannot read it."""
     found = version_of(doc)
     current = SCHEMA_VERSION[_kind(key)]
     if found is not None and found > current:
@@ -176,13 +183,31 @@ def record(
     """Record ``version`` (default: the current one) of ``key``, never lowering a newer one."""
     update = {
         "$max": {"version": SCHEMA_VERSION[_kind(key)] if version is None else version},
-        "$set": {
-            "collections": dict(collections),
-            "written_by": f"mongo-ckpt {library_version()}",
-            "updated_at": datetime.now(timezone.utc),
-        },
+        "$set": _recorded_by(collections),
     }
     yield from update_one(SCHEMA, {"_id": key}, update, upsert=True)
+
+
+def record_first(
+    key: str, collections: Mapping[str, str], version: int, where: str
+) -> Operation[int]:
+    """On new, empty collections: record ``version`` unless a version was recorded since
+    ``read`` found none, and return the version stored (``SchemaTooNewError`` when this
+    release cannot read it). A process of another release setting up the same new
+    collections at the same moment then shares its layout, whichever recorded first."""
+    update = {"$setOnInsert": {"version": version, **_recorded_by(collections)}}
+    doc = yield from find_one_and_update(SCHEMA, {"_id": key}, update, upsert=True)
+    found = _understood(doc, key, where)
+    assert found is not None  # the upsert returns the document as stored
+    return found
+
+
+def _recorded_by(collections: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "collections": dict(collections),
+        "written_by": f"mongo-ckpt {library_version()}",
+        "updated_at": datetime.now(timezone.utc),
+    }
 
 
 def version_of(doc: Mapping[str, Any] | None) -> int | None:

@@ -52,7 +52,7 @@ async def test_setup_is_idempotent(api: Api) -> None:
         (SCHEMA, "find_one"): 1,
         (CHECKPOINTS, "find"): 1,
         **{(logical, "create_indexes"): 1 for logical in LOGICAL},
-        (SCHEMA, "update_one"): 1,
+        (SCHEMA, "find_one_and_update"): 1,
     }
     counter.clear()
     await fresh.setup()
@@ -72,7 +72,7 @@ async def test_setup_runs_on_first_use(api: Api) -> None:
         "find",
         "create_indexes",
         "bulk_write",
-        "update_one",
+        "find_one_and_update",
     }
     await assert_unique_keys(fresh)
     # Only once: later calls neither read the version nor create indexes.

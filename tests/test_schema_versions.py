@@ -18,6 +18,7 @@ from mongo_ckpt import (
     schema,
 )
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import (
     SAVER_SCHEMA_VERSION,
     SAVER_SETUP_VERSION,
@@ -27,6 +28,7 @@ from mongo_ckpt.schema import (
     saver_key,
     store_key,
 )
+from mongo_ckpt.store.operations import StoreOperations
 from tests.backends import count_calls, maybe_await
 from tests.graphs import chat_builder, contents, thread
 from tests.saver_support import Api
@@ -323,3 +325,66 @@ async def test_calls_beside_each_other_read_an_older_version_once(
     await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
     assert calls[("schema", "find_one")] == 2  # at the current version: never again
     await maybe_await(aclient.drop_database(db_name))
+
+
+def _recorded_meanwhile(monkeypatch: Any, owner: type, step: str, db: Any, key: str,
+                        version: int) -> None:
+    """Another process records ``version`` of ``key`` while ``owner``'s setup runs
+    ``step`` (after it read no version and found the collections empty)."""
+    original = getattr(owner, step)
+
+    def racing(self: Any, *args: Any) -> Any:
+        result = yield from original(self, *args)
+        db[SCHEMA_COLLECTION].update_one(
+            {"_id": key}, {"$max": {"version": version}}, upsert=True
+        )
+        return result
+
+    monkeypatch.setattr(owner, step, racing)
+
+
+@pytest.mark.parametrize("other", [SAVER_SCHEMA_VERSION - 1, SAVER_SCHEMA_VERSION + 1])
+def test_a_saver_on_new_collections_keeps_the_version_recorded_first(
+    client: Any, db_name: str, monkeypatch: Any, other: int
+) -> None:
+    """A process of another release sets up the same new database at the same moment and
+    records its version first: this saver writes what that version reads (or, for a newer
+    one, refuses it) and does not raise it."""
+    key = saver_key("checkpoints")
+    _recorded_meanwhile(monkeypatch, CheckpointOperations, "create_indexes", client[db_name],
+                        key, other)
+    saver = MongoDBSaver(client, db_name)
+    if other > SAVER_SCHEMA_VERSION:
+        with pytest.raises(SchemaTooNewError, match=f"layout version {other}"):
+            saver.setup()
+    else:
+        saver.setup()
+        assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, False)
+        graph = chat_builder().compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
+        assert len(graph.get_state(thread("t")).values["messages"]) == 2
+    assert read_version(client[db_name], key) == other
+    client.drop_database(db_name)
+
+
+@pytest.mark.parametrize("other", [STORE_SCHEMA_VERSION - 1, STORE_SCHEMA_VERSION + 1])
+def test_a_store_on_a_new_collection_keeps_the_version_recorded_first(
+    make_store: Any, monkeypatch: Any, other: int
+) -> None:
+    """As for the saver: a store on a new collection whose version another release records
+    between its read and its record uses that layout, with that layout's indexes."""
+    store = make_store()
+    key = store_key("store")
+    _recorded_meanwhile(monkeypatch, StoreOperations, "_refuse_foreign", store.db, key, other)
+    if other > STORE_SCHEMA_VERSION:
+        with pytest.raises(SchemaTooNewError, match=f"layout version {other}"):
+            store.put(("a",), "k", {"v": 1})
+        assert store.collections["store"].count_documents({}) == 0
+    else:
+        store.put(("a",), "k", {"v": 1})
+        assert store.ops.layout == other and not store.ops.on_items
+        assert {"registry_levels", "registry_until"} <= set(
+            store.collections["store"].index_information()
+        )
+        assert store.list_namespaces() == [("a",)]
+    assert read_version(store.db, key) == other

@@ -116,6 +116,6 @@ async def test_setup_runs_once_on_first_use(make_astore: Any) -> None:
         ("store", "find_one"): 1,
         ("store", "index_information"): 1,
         ("store", "create_indexes"): 1,
-        ("schema", "update_one"): 1,
+        ("schema", "find_one_and_update"): 1,
         ("store", "find"): 2,
     }
