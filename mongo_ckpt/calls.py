@@ -195,6 +195,19 @@ def find_one_and_update(
     return (yield Call(collection, "find_one_and_update", (filter, update), options))
 
 
+def upserted(
+    collection: str, filter: Mapping[str, Any], update: Mapping[str, Any]
+) -> Operation[Document]:
+    """The document ``filter`` selects once ``update`` upserted it: one
+    ``find_one_and_update``, or two when the first upsert raced another one to insert the
+    document and the server reported none (SecantusDB does; MongoDB retries it itself)."""
+    doc = yield from find_one_and_update(collection, filter, update, upsert=True)
+    if doc is None:
+        doc = yield from find_one_and_update(collection, filter, update, upsert=True)
+    assert doc is not None  # the document exists: the second upsert found or inserted it
+    return doc
+
+
 def count_documents(
     collection: str, filter: Mapping[str, Any], *, limit: int | None = None
 ) -> Calling[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from mongo_ckpt.calls import Operation, find_one_and_update
+from mongo_ckpt.calls import Operation, upserted
 from mongo_ckpt.schema import SCHEMA
 
 CLOCK_ID = "clock"  # the schema-collection document whose ``now`` the server sets
@@ -23,10 +23,7 @@ def server_now() -> Operation[datetime]:
     implements it (``$$NOW`` is missing from some), and the value is the server's.
     """
     query, update = {"_id": CLOCK_ID}, {"$currentDate": {"now": True}}
-    doc = yield from find_one_and_update(SCHEMA, query, update, upsert=True)
-    if doc is None:  # the first upsert raced another one, and the server reported nothing
-        doc = yield from find_one_and_update(SCHEMA, query, update, upsert=True)
-    assert doc is not None  # an upsert returning the document after the update
+    doc = yield from upserted(SCHEMA, query, update)
     return aware(doc["now"])
 
 

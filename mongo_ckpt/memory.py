@@ -163,6 +163,7 @@ class CheckpointMemory:
         # Whether it records that every writer reads compressed values (same).
         self.compression_allowed = False
         self._recheck = LayoutRecheck()
+        self._layout = 0  # the highest layout version read: versions are only ever raised
         self._lock = threading.Lock()
         # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
         # checkpoint) for one read.
@@ -188,6 +189,12 @@ class CheckpointMemory:
         self.deltas_allowed, self.slim_allowed = allowed, slim
         self.compression_allowed = compressed
         self._recheck.read()
+
+    def highest_layout(self, recorded: int) -> int:
+        """``recorded``, or the higher layout version read before (a read answered late,
+        after an upgrade by this saver, never lowers what it writes)."""
+        self._layout = max(self._layout, recorded)
+        return self._layout
 
     def recheck_due(self) -> bool:
         """Whether to read the layout version again, claiming the read: slim documents,

@@ -247,6 +247,7 @@ class CheckpointOperations:
 
     def _note_layout(self, recorded: int) -> None:
         """What the recorded layout version lets this saver write."""
+        recorded = self.memory.highest_layout(recorded)
         self.memory.note_layout(
             recorded >= schema.LIST_DELTAS_VERSION,
             recorded >= schema.SLIM_DOCUMENTS_VERSION,

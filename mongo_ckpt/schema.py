@@ -58,13 +58,14 @@ Store versions:
 from __future__ import annotations
 
 import shlex
+import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from time import monotonic
 from typing import Any
 
-from mongo_ckpt.calls import Operation, find_one, find_one_and_update, update_one
+from mongo_ckpt.calls import Operation, find_one, update_one, upserted
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
@@ -115,6 +116,7 @@ class LayoutRecheck:
 
     def __init__(self) -> None:
         self._next = 0.0
+        self._lock = threading.Lock()  # threads of one sync saver or store claim one read
 
     def read(self) -> None:
         """The version was just read (by ``setup`` or a recheck)."""
@@ -123,10 +125,11 @@ class LayoutRecheck:
     def claim(self) -> bool:
         """Whether the version is due to be read again; the read is then claimed, so the
         operations running beside this one do not send it too."""
-        if monotonic() < self._next:
-            return False
-        self.read()
-        return True
+        with self._lock:
+            if monotonic() < self._next:
+                return False
+            self.read()
+            return True
 
 
 def saver_key(checkpoints: str) -> str:
@@ -196,9 +199,9 @@ def record_first(
     release cannot read it). A process of another release setting up the same new
     collections at the same moment then shares its layout, whichever recorded first."""
     update = {"$setOnInsert": {"version": version, **_recorded_by(collections)}}
-    doc = yield from find_one_and_update(SCHEMA, {"_id": key}, update, upsert=True)
+    doc = yield from upserted(SCHEMA, {"_id": key}, update)
     found = _understood(doc, key, where)
-    assert found is not None  # the upsert returns the document as stored
+    assert found is not None  # a document with a version: read or inserted
     return found
 
 

@@ -145,7 +145,7 @@ class StoreOperations:
         """The layout version check (one round trip when current; on new collections a
         look for another layout, refused with ``ForeignCollectionError``, then the indexes
         and the version recorded: the current one on an empty collection, or the one another
-        process recorded since the read (``schema.record_first``), otherwise at most
+        process recorded since the read (``schema.record_first``), otherwise, and at least,
         ``schema.STORE_SETUP_VERSION``) and, unless known already, the vector index where
         Atlas has one."""
         key = schema.store_key(collection_name)
@@ -156,16 +156,16 @@ class StoreOperations:
             empty = found is None and not stored
             version = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
             yield from create_indexes(STORE, self._index_models(version))
-            if found is not None:  # items of layout version 1: list their namespaces
-                yield from self.build_registry()
+            collections = {STORE: collection_name}
             if empty:
-                collections = {STORE: collection_name}
                 found = yield from schema.record_first(key, collections, version, where)
                 if found < version:  # set up first by a release on an older layout
                     yield from create_indexes(STORE, self._index_models(found))
-            else:
-                found = version
-                yield from schema.record(key, {STORE: collection_name}, found)
+            if found is None or found < schema.STORE_SETUP_VERSION:
+                if found is not None:  # items of layout version 1: list their namespaces
+                    yield from self.build_registry()
+                found = schema.STORE_SETUP_VERSION
+                yield from schema.record(key, collections, found)
         self._use_layout(found)
         if self.index and self.vector_search is None:
             try:

@@ -4,7 +4,9 @@ the command that does), and refuses data written by a newer mongo-ckpt."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -28,8 +30,9 @@ from mongo_ckpt.schema import (
     saver_key,
     store_key,
 )
+from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.operations import StoreOperations
-from tests.backends import count_calls, maybe_await
+from tests.backends import count_calls, maybe_await, sync_client
 from tests.graphs import chat_builder, contents, thread
 from tests.saver_support import Api
 
@@ -343,48 +346,95 @@ def _recorded_meanwhile(monkeypatch: Any, owner: type, step: str, db: Any, key: 
     monkeypatch.setattr(owner, step, racing)
 
 
-@pytest.mark.parametrize("other", [SAVER_SCHEMA_VERSION - 1, SAVER_SCHEMA_VERSION + 1])
+@pytest.mark.parametrize("other", [2, SAVER_SCHEMA_VERSION - 1, SAVER_SCHEMA_VERSION + 1])
 def test_a_saver_on_new_collections_keeps_the_version_recorded_first(
     client: Any, db_name: str, monkeypatch: Any, other: int
 ) -> None:
     """A process of another release sets up the same new database at the same moment and
-    records its version first: this saver writes what that version reads (or, for a newer
-    one, refuses it) and does not raise it."""
+    records its version first: this saver writes what that version reads (raised to the
+    setup version, as for older data; a newer one is refused) and does not raise it to the
+    current one."""
     key = saver_key("checkpoints")
     _recorded_meanwhile(monkeypatch, CheckpointOperations, "create_indexes", client[db_name],
                         key, other)
     saver = MongoDBSaver(client, db_name)
+    expected = max(other, schema.SAVER_SETUP_VERSION)
     if other > SAVER_SCHEMA_VERSION:
         with pytest.raises(SchemaTooNewError, match=f"layout version {other}"):
             saver.setup()
     else:
         saver.setup()
-        assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, False)
+        allowed = (saver.memory.slim_allowed, saver.memory.compression_allowed)
+        assert allowed == (expected >= schema.SLIM_DOCUMENTS_VERSION, False)
         graph = chat_builder().compile(checkpointer=saver)
         graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
         assert len(graph.get_state(thread("t")).values["messages"]) == 2
-    assert read_version(client[db_name], key) == other
+    assert read_version(client[db_name], key) == expected
     client.drop_database(db_name)
 
 
-@pytest.mark.parametrize("other", [STORE_SCHEMA_VERSION - 1, STORE_SCHEMA_VERSION + 1])
+@pytest.mark.parametrize("other", [1, STORE_SCHEMA_VERSION - 1, STORE_SCHEMA_VERSION + 1])
 def test_a_store_on_a_new_collection_keeps_the_version_recorded_first(
     make_store: Any, monkeypatch: Any, other: int
 ) -> None:
     """As for the saver: a store on a new collection whose version another release records
-    between its read and its record uses that layout, with that layout's indexes."""
+    between its read and its record uses that layout (raised to the setup version, as for
+    older data), with that layout's indexes."""
     store = make_store()
     key = store_key("store")
     _recorded_meanwhile(monkeypatch, StoreOperations, "_refuse_foreign", store.db, key, other)
+    expected = max(other, schema.STORE_SETUP_VERSION)
     if other > STORE_SCHEMA_VERSION:
         with pytest.raises(SchemaTooNewError, match=f"layout version {other}"):
             store.put(("a",), "k", {"v": 1})
         assert store.collections["store"].count_documents({}) == 0
     else:
         store.put(("a",), "k", {"v": 1})
-        assert store.ops.layout == other and not store.ops.on_items
+        assert store.ops.layout == expected and not store.ops.on_items
         assert {"registry_levels", "registry_until"} <= set(
             store.collections["store"].index_information()
         )
         assert store.list_namespaces() == [("a",)]
-    assert read_version(store.db, key) == other
+    assert read_version(store.db, key) == expected
+
+
+def test_processes_setting_up_new_collections_at_once_agree(db_name: str) -> None:
+    """Savers and stores of several processes set up the same new database at the same
+    moment (racing first upserts of the version document, which the wire server may
+    answer with no document): every setup succeeds, on the current layout."""
+    clients = [sync_client("wire") for _ in range(4)]
+    try:
+        for round_ in range(10):
+            name = f"{db_name}_{round_}"
+            barrier = threading.Barrier(len(clients))
+
+            def set_up(client: Any, name: str = name, barrier: Any = barrier) -> tuple[int, int]:
+                saver, store = MongoDBSaver(client, name), MongoDBStore(client, name)
+                barrier.wait()
+                saver.setup()
+                store.setup()
+                return saver.memory.highest_layout(0), store.ops.layout
+
+            with ThreadPoolExecutor(len(clients)) as pool:
+                layouts = list(pool.map(set_up, clients))
+            assert layouts == [(SAVER_SCHEMA_VERSION, STORE_SCHEMA_VERSION)] * len(clients)
+            clients[0].drop_database(name)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_a_saver_never_lowers_the_layout_it_writes(saver: MongoDBSaver) -> None:
+    """A version read answered late (read before an upgrade this saver ran, or the document
+    since gone) never turns off what a higher version read before allows."""
+    key = saver_key("checkpoints")
+    saver.upgrade()
+    assert saver.memory.compression_allowed
+    for late in (schema.SLIM_DOCUMENTS_VERSION, None):
+        versions = saver.db[SCHEMA_COLLECTION]
+        if late is None:
+            versions.delete_one({"_id": key})
+        else:
+            versions.update_one({"_id": key}, {"$set": {"version": late}})
+        saver._run(saver.ops.recheck_layout(saver.db.name))
+        assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, True)
