@@ -299,8 +299,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         """Check the layout version and, for new or older collections, create the indexes,
         upgrade the documents in place and record the version (idempotent; also done on
         first use). One round trip when nothing is to upgrade. A new, empty database gets
-        the current version; existing data at most version 3, which releases before list
-        deltas read too: list deltas wait for ``upgrade()``.
+        the current version (or the one another process recorded since the read); existing
+        data at most version 3, which releases before list deltas read too: list deltas
+        wait for ``upgrade()``.
 
         Raises ``SchemaTooNewError`` for data of a newer mongo-ckpt, and
         ``SchemaUpgradeRequired`` when an upgrade would rewrite more than ``upgrade_limit``

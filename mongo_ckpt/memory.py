@@ -40,7 +40,12 @@ from typing import Any, Generic, TypeVar
 
 from mongo_ckpt.delta import RangeRead
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
-from mongo_ckpt.schema import LayoutRecheck
+from mongo_ckpt.schema import (
+    COMPRESSED_VALUES_VERSION,
+    LIST_DELTAS_VERSION,
+    SLIM_DOCUMENTS_VERSION,
+    LayoutRecheck,
+)
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
 # Bytes of element digests and of chains read (and per-link bookkeeping) one saver
@@ -162,8 +167,8 @@ class CheckpointMemory:
         self.slim_allowed = False
         # Whether it records that every writer reads compressed values (same).
         self.compression_allowed = False
-        self._recheck = LayoutRecheck()
-        self._layout = 0  # the highest layout version read: versions are only ever raised
+        self.recheck = LayoutRecheck()
+        self.layout = 0  # the recorded layout version noted last (``note_recorded``)
         self._lock = threading.Lock()
         # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
         # checkpoint) for one read.
@@ -188,13 +193,19 @@ class CheckpointMemory:
         compressed values."""
         self.deltas_allowed, self.slim_allowed = allowed, slim
         self.compression_allowed = compressed
-        self._recheck.read()
+        self.recheck.read()
 
-    def highest_layout(self, recorded: int) -> int:
-        """``recorded``, or the higher layout version read before (a read answered late,
-        after an upgrade by this saver, never lowers what it writes)."""
-        self._layout = max(self._layout, recorded)
-        return self._layout
+    def note_recorded(self, recorded: int, *, exact: bool = False) -> None:
+        """The recorded layout version was read or recorded: what it lets this saver write.
+        Unless ``exact`` (a setup's read, taken as found), a version lower than one noted
+        before changes nothing: a recheck answered late, after this saver's ``upgrade``."""
+        with self._lock:
+            self.layout = recorded if exact else max(self.layout, recorded)
+            self.note_layout(
+                self.layout >= LIST_DELTAS_VERSION,
+                self.layout >= SLIM_DOCUMENTS_VERSION,
+                self.layout >= COMPRESSED_VALUES_VERSION,
+            )
 
     def recheck_due(self) -> bool:
         """Whether to read the layout version again, claiming the read: slim documents,
@@ -203,7 +214,7 @@ class CheckpointMemory:
         waiting = not (self.slim_allowed and self.compression_allowed) or (
             self.deltas_wanted and not self.deltas_allowed
         )
-        return waiting and self._recheck.claim()
+        return waiting and self.recheck.claim()
 
     # -- checkpoints ----------------------------------------------------------------
 

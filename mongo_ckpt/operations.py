@@ -199,7 +199,7 @@ class CheckpointOperations:
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is not None and found >= schema.SAVER_SETUP_VERSION:
-            self._note_layout(found)
+            self.memory.note_recorded(found, exact=True)
             return
         empty = False
         if found is None:
@@ -223,13 +223,13 @@ class CheckpointOperations:
         if empty:
             found = yield from schema.record_first(key, self.layout.by_logical(), found, where)
             if found >= schema.SAVER_SETUP_VERSION:
-                self._note_layout(found)
+                self.memory.note_recorded(found, exact=True)
                 return
         if found < 2:
             yield from self._add_join_keys(where, db_name, upgrade_limit)
         recorded = max(found, schema.SAVER_SETUP_VERSION)
         yield from schema.record(key, self.layout.by_logical(), recorded)
-        self._note_layout(recorded)
+        self.memory.note_recorded(recorded, exact=True)
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
@@ -237,22 +237,13 @@ class CheckpointOperations:
         now on."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
-        self._note_layout(schema.SAVER_SCHEMA_VERSION)
+        self.memory.note_recorded(schema.SAVER_SCHEMA_VERSION)
 
     def recheck_layout(self, db_name: str) -> Operation[None]:
         """Read the recorded layout version again: another process may have upgraded it."""
         key = schema.saver_key(self.layout.checkpoints)
-        found = yield from schema.read(key, self._where(db_name))
-        self._note_layout(found or 0)
-
-    def _note_layout(self, recorded: int) -> None:
-        """What the recorded layout version lets this saver write."""
-        recorded = self.memory.highest_layout(recorded)
-        self.memory.note_layout(
-            recorded >= schema.LIST_DELTAS_VERSION,
-            recorded >= schema.SLIM_DOCUMENTS_VERSION,
-            recorded >= schema.COMPRESSED_VALUES_VERSION,
-        )
+        found = yield from self.memory.recheck.reread(key, self._where(db_name))
+        self.memory.note_recorded(found or 0)
 
     @property
     def compressing(self) -> bool:

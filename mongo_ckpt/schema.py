@@ -131,6 +131,15 @@ class LayoutRecheck:
             self.read()
             return True
 
+    def reread(self, key: str, where: str) -> Operation[int | None]:
+        """``read`` of ``key``, claimed; if it fails, the next operation reads again (so a
+        newer version it raised on keeps being refused, as at setup)."""
+        try:
+            return (yield from read(key, where))
+        except Exception:
+            self._next = 0.0
+            raise
+
 
 def saver_key(checkpoints: str) -> str:
     """The schema document id of the saver whose checkpoints collection is ``checkpoints``."""

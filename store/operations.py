@@ -136,7 +136,7 @@ class StoreOperations:
         # Whether the registry is on the items' indexes: the recorded layout version says
         # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
         self.on_items = False
-        self.layout = 0  # the highest layout version read: versions are only ever raised
+        self.layout = 0  # the layout version in use (``_use_layout``)
         self._recheck = schema.LayoutRecheck()
 
     # -- setup ----------------------------------------------------------------
@@ -166,7 +166,7 @@ class StoreOperations:
                     yield from self.build_registry()
                 found = schema.STORE_SETUP_VERSION
                 yield from schema.record(key, collections, found)
-        self._use_layout(found)
+        self._use_layout(found, exact=True)
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -189,10 +189,11 @@ class StoreOperations:
         on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
         return [*documents.index_models(), *registry.index_models(on_items)]
 
-    def _use_layout(self, version: int) -> None:
-        """What the store's writes and listings may rely on at layout ``version``, or at
-        the higher one read before (a read answered late never lowers it)."""
-        self.layout = max(self.layout, version)
+    def _use_layout(self, version: int, *, exact: bool = False) -> None:
+        """What the store's writes and listings may rely on at layout ``version``. Unless
+        ``exact`` (a setup's read, taken as found), a version lower than one used before
+        changes nothing: a read answered late, after this store's ``upgrade``."""
+        self.layout = version if exact else max(self.layout, version)
         self.quiet = self.layout >= schema.STORE_QUIET_PUTS_VERSION
         self.batched = self.layout >= schema.STORE_BATCH_DOCUMENTS_VERSION
         self.on_items = self.layout >= schema.STORE_ITEM_INDEXES_VERSION
@@ -209,7 +210,7 @@ class StoreOperations:
         """Read the recorded layout version (one ``find_one``) and use it."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
-        found = yield from schema.read(key, where)
+        found = yield from self._recheck.reread(key, where)
         self._use_layout(found or 0)
 
     def upgrade(self, collection_name: str) -> Operation[None]:

@@ -413,7 +413,7 @@ def test_processes_setting_up_new_collections_at_once_agree(db_name: str) -> Non
                 barrier.wait()
                 saver.setup()
                 store.setup()
-                return saver.memory.highest_layout(0), store.ops.layout
+                return saver.memory.layout, store.ops.layout
 
             with ThreadPoolExecutor(len(clients)) as pool:
                 layouts = list(pool.map(set_up, clients))
@@ -425,16 +425,47 @@ def test_processes_setting_up_new_collections_at_once_agree(db_name: str) -> Non
 
 
 def test_a_saver_never_lowers_the_layout_it_writes(saver: MongoDBSaver) -> None:
-    """A version read answered late (read before an upgrade this saver ran, or the document
-    since gone) never turns off what a higher version read before allows."""
+    """A version read again answered late (read before an upgrade this saver ran, or the
+    document since gone) never turns off what a higher version read before allows; a
+    setup takes the version it reads as found (a database restored, or recreated by an
+    earlier release)."""
     key = saver_key("checkpoints")
+    versions = saver.db[SCHEMA_COLLECTION]
     saver.upgrade()
     assert saver.memory.compression_allowed
     for late in (schema.SLIM_DOCUMENTS_VERSION, None):
-        versions = saver.db[SCHEMA_COLLECTION]
         if late is None:
             versions.delete_one({"_id": key})
         else:
             versions.update_one({"_id": key}, {"$set": {"version": late}})
         saver._run(saver.ops.recheck_layout(saver.db.name))
         assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, True)
+    versions.insert_one({"_id": key, "version": schema.SLIM_DOCUMENTS_VERSION})
+    saver.setup()
+    assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, False)
+
+
+def test_a_newer_version_read_again_is_refused_by_every_call(
+    make_store: Any, saver: MongoDBSaver, monkeypatch: Any
+) -> None:
+    """A saver and a store on an older layout read the version again once due; when a
+    newer release recorded its version meanwhile, that call and every later one raise
+    ``SchemaTooNewError``, as a setup would, not only one call a minute."""
+    now = [0.0]
+    monkeypatch.setattr(schema, "monotonic", lambda: now[0])
+    saver_version = {"_id": saver_key("checkpoints")}
+    saver.db[SCHEMA_COLLECTION].update_one(saver_version, {"$set": {"version": 5}})
+    saver.setup()
+    store = make_store()
+    store.put(("a",), "k", {"v": 1})
+    store_version = {"_id": store_key("store")}
+    store.db[SCHEMA_COLLECTION].update_one(store_version, {"$set": {"version": 4}})
+    store.setup()
+    for version in (saver_version, store_version):
+        store.db[SCHEMA_COLLECTION].update_one(version, {"$set": {"version": 99}})
+    now[0] += schema.LAYOUT_RECHECK_SECONDS
+    for _ in range(3):
+        with pytest.raises(SchemaTooNewError, match="layout version 99"):
+            saver.get_tuple(thread("t"))
+        with pytest.raises(SchemaTooNewError, match="layout version 99"):
+            store.get(("a",), "k")
