@@ -545,10 +545,27 @@ def _delete_tombstoned(
         stored = yield from _skeletons(thread_ids)
     if gone:
         query = {**keys_query(gone), DOOMED: {"$exists": True}}
-        deleted.add(CHECKPOINTS, (yield from delete_many(CHECKPOINTS, query)).deleted_count)
+        result = yield from delete_many(CHECKPOINTS, query)
+        deleted.add(CHECKPOINTS, result.deleted_count)
+        if result.deleted_count < len(gone):
+            yield from _unmark_spared(gone, marked_values)
         if stillborn:
             yield from _unmark_confirmed(stillborn)
     return stored
+
+
+def _unmark_spared(gone: set[Key], marked_values: set[Key]) -> Operation[None]:
+    """Lift this call's marks from the checkpoints of ``gone`` it did not delete because
+    another call spared them: found carrying that call's tombstone (never taken over),
+    they were marked with this call's own, and that call lifted its tombstone since. The
+    marks on their writes, and on the values among ``marked_values`` they need, go."""
+    found = yield from find(CHECKPOINTS, keys_query(gone), projection=LOOK)
+    spared = [d for d in found if DOOMED not in d]
+    if spared:
+        yield from update_many(WRITES, keys_query(key_of(d) for d in spared), UNMARK)
+        needed = needed_values(spared) & marked_values
+        if needed:
+            yield from update_many(BLOBS, blob_keys_query(needed), UNMARK)
 
 
 def _stillborn(doc: Mapping[str, Any], gone: set[Key]) -> bool:

@@ -30,6 +30,7 @@ from operator import add
 from typing import Annotated, Any
 
 import pytest
+from bson import ObjectId
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
@@ -46,7 +47,7 @@ from mongo_ckpt import (
     maintenance,
     payload,
 )
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from tests.backends import maybe_await
 from tests.faults import Interleave, Serialized
 from tests.graphs import thread
@@ -247,6 +248,40 @@ def _put(saver: MongoDBSaver, thread_id: str, value: str, parent: dict | None = 
     )
     config = parent or generate_config(thread_id)
     return saver.put(config, checkpoint, generate_metadata(), {"v": f"{value}"})
+
+
+def test_a_checkpoint_another_call_spares_keeps_no_marks(saver: MongoDBSaver) -> None:
+    """A prune finds the old checkpoint tombstoned by another maintenance call (which it
+    never takes over) and marks its writes and values with it; that call then spares it
+    and lifts its tombstone before the prune deletes: the prune deletes nothing of it and
+    lifts its own marks, so the checkpoint reads back whole and nothing is left marked."""
+    first = _put(saver, "t", "1")
+    saver.put_writes(first, [("w", "x")], "task")
+    _put(saver, "t", "2", parent=first)
+    other = MongoDBSaver(saver.client, saver.db.name)
+    key = {"thread_id": "t", "checkpoint_ns": "", **first["configurable"]}
+    tombstone = {maintenance.DOOMED: ObjectId(), maintenance.DOOMED_AT: datetime.now(timezone.utc)}
+    other.collections[CHECKPOINTS].update_one(key, {"$set": tombstone})
+    lifted: list[bool] = []
+
+    def spare_after_the_marks() -> None:
+        marked = {maintenance.DOOMED: True}
+        if not lifted and other.collections[WRITES].count_documents(marked):
+            lifted.append(True)
+            unset = {"$unset": {maintenance.DOOMED: "", maintenance.DOOMED_AT: ""}}
+            other.collections[CHECKPOINTS].update_one(key, unset)
+
+    hook = Interleave(saver.collections, spare_after_the_marks)
+    try:
+        saver.prune(["t"], strategy="keep_latest")
+    finally:
+        hook.restore()
+    assert lifted
+    found = saver.get_tuple(first)
+    assert found and found.checkpoint["channel_values"] == {"v": "1"}
+    assert [w[1:] for w in found.pending_writes] == [("w", "x")]
+    for logical in (BLOBS, WRITES):
+        assert not other.collections[logical].count_documents({maintenance.DOOMED: True}), logical
 
 
 def test_checkpoint_deleted_during_get_tuple_reads_as_absent(saver: MongoDBSaver) -> None:
