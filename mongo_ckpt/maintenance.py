@@ -558,14 +558,23 @@ def _unmark_spared(gone: set[Key], marked_values: set[Key]) -> Operation[None]:
     """Lift this call's marks from the checkpoints of ``gone`` it did not delete because
     another call spared them: found carrying that call's tombstone (never taken over),
     they were marked with this call's own, and that call lifted its tombstone since. The
-    marks on their writes, and on the values among ``marked_values`` they need, go."""
+    marks on their writes, and on the values among ``marked_values`` they need, go. Those
+    read again tombstoned or gone are marked again: a call that tombstoned one since may
+    have marked its documents before the lift, and would leave them behind unmarked."""
     found = yield from find(CHECKPOINTS, keys_query(gone), projection=LOOK)
-    spared = [d for d in found if DOOMED not in d]
-    if spared:
-        yield from update_many(WRITES, keys_query(key_of(d) for d in spared), UNMARK)
-        needed = needed_values(spared) & marked_values
-        if needed:
-            yield from update_many(BLOBS, blob_keys_query(needed), UNMARK)
+    spared = {key_of(d): d for d in found if DOOMED not in d}
+    if not spared:
+        return
+    yield from update_many(WRITES, keys_query(spared), UNMARK)
+    needed = needed_values(spared.values()) & marked_values
+    if needed:
+        yield from update_many(BLOBS, blob_keys_query(needed), UNMARK)
+    again = yield from find(CHECKPOINTS, keys_query(spared), projection=LOOK)
+    live = {key_of(d) for d in again if DOOMED not in d}
+    redo = [d for key, d in spared.items() if key not in live]
+    if redo:
+        yield from update_many(WRITES, keys_query(key_of(d) for d in redo), MARK)
+        yield from mark_values(needed_values(redo) & marked_values)
 
 
 def _stillborn(doc: Mapping[str, Any], gone: set[Key]) -> bool:

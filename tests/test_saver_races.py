@@ -284,6 +284,51 @@ def test_a_checkpoint_another_call_spares_keeps_no_marks(saver: MongoDBSaver) ->
         assert not other.collections[logical].count_documents({maintenance.DOOMED: True}), logical
 
 
+def test_marks_lifted_after_a_spare_are_set_again_for_a_call_deleting_since(
+    saver: MongoDBSaver,
+) -> None:
+    """As above, and between the prune's lift of its marks on the writes and on the value,
+    a third call tombstones the checkpoint and marks them: the prune reads the checkpoint
+    again after its lift and marks them again, so once that call deleted the checkpoint,
+    its writes and value go with the next maintenance call (recent, they would be left
+    behind unmarked)."""
+    first = _put(saver, "t", "1")
+    saver.put_writes(first, [("w", "x")], "task")
+    _put(saver, "t", "2", parent=first)
+    other = MongoDBSaver(saver.client, saver.db.name)
+    key = {"thread_id": "t", "checkpoint_ns": "", **first["configurable"]}
+    now = datetime.now(timezone.utc)
+    other.collections[CHECKPOINTS].update_one(
+        key, {"$set": {maintenance.DOOMED: ObjectId(), maintenance.DOOMED_AT: now}}
+    )
+    marked, steps = {maintenance.DOOMED: True}, []
+
+    def spare_then_doom_again() -> None:
+        writes_marked = other.collections[WRITES].count_documents(marked)
+        if not steps and writes_marked:  # the other call spares it
+            steps.append("spared")
+            unset = {"$unset": {maintenance.DOOMED: "", maintenance.DOOMED_AT: ""}}
+            other.collections[CHECKPOINTS].update_one(key, unset)
+        elif steps == ["spared"] and not writes_marked:  # the prune lifted its marks
+            steps.append("doomed again")
+            tombstone = {maintenance.DOOMED: ObjectId(), maintenance.DOOMED_AT: now}
+            other.collections[CHECKPOINTS].update_one(key, {"$set": tombstone})
+            other.collections[WRITES].update_many({"thread_id": "t"}, {"$set": marked})
+            version = {"thread_id": "t", "channel": "v", "version": "1"}
+            other.collections[BLOBS].update_many(version, {"$set": marked})
+
+    hook = Interleave(saver.collections, spare_then_doom_again)
+    try:
+        saver.prune(["t"], strategy="keep_latest")
+    finally:
+        hook.restore()
+    assert steps == ["spared", "doomed again"]
+    other.collections[CHECKPOINTS].delete_one(key)  # the third call deletes it
+    other.prune(["t"], strategy="keep_latest")
+    assert not other.collections[WRITES].count_documents({"thread_id": "t"})
+    assert [d["version"] for d in other.collections[BLOBS].find({"thread_id": "t"})] == ["2"]
+
+
 def test_checkpoint_deleted_during_get_tuple_reads_as_absent(saver: MongoDBSaver) -> None:
     stored = _put(saver, "t", "1")
     other = MongoDBSaver(saver.client, saver.db.name)
