@@ -8,9 +8,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 
-def run_model(machine: type[Any], backend: str, examples: int, steps: int) -> None:
+def run_model(
+    machine: type[Any], backend: str, examples: int, steps: int, derandomize: bool = False
+) -> None:
     """Run ``machine`` (a ``RuleBasedStateMachine`` with a ``backend`` attribute) on
-    ``backend``: ``examples`` runs of up to ``steps`` rules each, without deadlines."""
+    ``backend``: ``examples`` runs of up to ``steps`` rules each, without deadlines;
+    ``derandomize``: the same runs every time."""
     on_backend = type(f"{machine.__name__}_{backend}", (machine,), {"backend": backend})
     run_state_machine_as_test(
         on_backend,
@@ -18,6 +21,7 @@ def run_model(machine: type[Any], backend: str, examples: int, steps: int) -> No
             max_examples=examples,
             stateful_step_count=steps,
             deadline=None,
+            derandomize=derandomize,
             suppress_health_check=list(HealthCheck),
         ),
     )
