@@ -75,7 +75,9 @@ def pytest_addoption(parser: Any) -> None:
     parser.addoption(
         "--full",
         action="store_true",
-        help="the exhaustive tier: also run the tests marked exhaustive (long runs)",
+        help="the exhaustive tier: what the default run leaves out (the rest of the backend x "
+        "driver matrix, and the tests marked exhaustive); the default run and this one "
+        "together run every test once",
     )
 
 
@@ -115,24 +117,23 @@ def _in_default_tier(item: Any) -> bool:
     return True
 
 
+def _in_tier(item: Any, full: bool) -> bool:
+    """The default tier, or with ``--full`` exactly what the default tier leaves out."""
+    default = _in_default_tier(item) and "exhaustive" not in item.keywords
+    return default != full
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
-    long = pytest.mark.skip(reason="exhaustive tier: runs with --full (as .ci/run does)")
     full = config.getoption("--full")
-    duplicates = [item for item in items if _duplicate_put_path(item)]
-    if duplicates:
-        config.hook.pytest_deselected(items=duplicates)
-        items[:] = [item for item in items if item not in duplicates]
-    if not full:
-        kept = [item for item in items if _in_default_tier(item)]
-        if len(kept) < len(items):
-            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-            items[:] = kept
+    kept = [item for item in items if not _duplicate_put_path(item) and _in_tier(item, full)]
+    if len(kept) < len(items):
+        chosen = set(map(id, kept))
+        config.hook.pytest_deselected(items=[i for i in items if id(i) not in chosen])
+        items[:] = kept
     for item in items:
         if "mongodb" in item.keywords and not MONGODB_URI:
             item.add_marker(skip)
-        if "exhaustive" in item.keywords and not full:
-            item.add_marker(long)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,12 +1,11 @@
-"""The figures and outputs the docs show come from the code: the README's count of tests
-skipped without a server, docs/migrating.md's results of the official suites
-(tests/compat/last_run.json, written by ``run_official_suites.py --record``) and the
-``mongo-ckpt`` outputs of docs/operations.md, run again here on the wire server."""
+"""The figures and outputs the docs show come from the code: docs/migrating.md's results
+of the official suites (tests/compat/last_run.json, written by ``run_official_suites.py
+--record``) and the ``mongo-ckpt`` outputs of docs/operations.md, run again here on the
+wire server."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -28,29 +27,11 @@ from tests.cli_support import write_threads
 from tests.graphs import chat_builder, thread
 
 ROOT = Path(__file__).resolve().parents[1]
-NO_SERVER = "MONGODB_URI is not set: no real MongoDB to test against"
-EXHAUSTIVE = "exhaustive tier: runs with --full (as .ci/run does)"
 OPERATIONS = ROOT / "docs" / "operations.md"
 ID = re.compile(r"1f[0-9a-f]{6}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # Before the n-th `doctor` block of operations.md: what its text says was done to the data.
 BROKEN = 1  # the join index of checkpoint_blobs dropped, a TTL index added on checkpoints
 TTL_DROPPED = 2
-
-
-def test_readme_counts_the_tests_skipped_without_a_server(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MONGODB_URI"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "tests.collection_counts",
-         "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'collect'}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    line = next(x for x in done.stdout.splitlines() if x.startswith("SKIPPED "))
-    skipped = json.loads(line.removeprefix("SKIPPED "))
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    found = re.search(r"Without `MONGODB_URI`, (\d+) tests are skipped at collection", readme)
-    assert found, "the README's sentence on skipped tests"
-    assert int(found.group(1)) == skipped[NO_SERVER], skipped
-    assert f"(and {skipped[EXHAUSTIVE]} of the exhaustive tier" in readme, skipped
 
 
 def test_migrating_md_has_the_official_suites_last_results() -> None:

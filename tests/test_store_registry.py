@@ -448,14 +448,17 @@ LISTERS = {
 }
 
 
+@pytest.mark.parametrize(
+    "every", [False, pytest.param(True, marks=pytest.mark.exhaustive)], ids=["sampled", "every"]
+)
 @pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside an expiring item"])
 @pytest.mark.parametrize("put_shape", ["pipeline", "insert"], indirect=True)
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("lister", LISTERS)
 def test_interleavings_of_the_last_items_writes_and_a_listing(
-    lister: str, scenario: str, db_name: str, put_shape: str, beside: bool, request: Any
+    lister: str, scenario: str, db_name: str, put_shape: str, beside: bool, every: bool
 ) -> None:
-    """Every interleaving in the exhaustive tier, ``SAMPLED`` random ones otherwise."""
+    """``SAMPLED`` random interleavings, or (exhaustive tier) every one."""
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)
     store.setup()
@@ -463,7 +466,7 @@ def test_interleavings_of_the_last_items_writes_and_a_listing(
     store.ops.batch_from = 1
     race = Race(store, SCENARIOS[scenario], beside, previous)
     rng = random.Random(f"{scenario} {put_shape} {beside}")
-    if not request.config.getoption("--full"):
+    if not every:
         race.sample(rng, SAMPLED)
     else:
         race.explore(race.replay([]))
