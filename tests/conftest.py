@@ -25,7 +25,6 @@ from tests.backends import (
     stop_wire,
     sync_client,
     target_params,
-    uri_for,
 )
 from tests.saver_support import Api
 from tests.store_support import StoreApi
@@ -256,17 +255,3 @@ def put_shape(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     for name, value in PUT_SHAPES[request.param].items():
         monkeypatch.setattr(documents, name, value)
     return str(request.param)
-
-
-@pytest.fixture(params=["wire", pytest.param("mongodb", marks=pytest.mark.mongodb)])
-def database(request: Any) -> Iterator[tuple[str, Any, str, bool]]:
-    """``(uri, sync client, fresh database name, directConnection)`` on a server backend, for
-    a previous release running as a process of its own beside this one."""
-    backend = request.param
-    client = sync_client(backend)
-    db_name = f"t_roll_{uuid.uuid4().hex[:8]}"
-    try:
-        yield uri_for(backend), client, db_name, backend == "wire"
-    finally:
-        client.drop_database(db_name)
-        client.close()

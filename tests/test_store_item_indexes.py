@@ -3,8 +3,7 @@ by their marks on ``prefix_recency`` and expire by ``expires_at`` on the items' 
 so the registry has no index of its own. A new store's layout, an entry expiring with its
 items, and the upgrade of a layout-4 collection with a process of this release still
 writing the older way beside it. The races of listings with puts and deletes are in
-``tests/test_store_registry.py``, a previous release beside this one in
-``tests/test_store_rolling.py``."""
+``tests/test_store_registry.py``."""
 
 from __future__ import annotations
 
