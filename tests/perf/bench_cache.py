@@ -105,22 +105,24 @@ def measure(repeat: int, run: Callable[[int], Any], count: Callable[[], int] | N
     return (statistics.median(counts) if count else None), statistics.median(times)
 
 
-def bench(name: str, cache: Any, count: Callable[[], int] | None, repeat: int) -> list[Row]:
+def bench(
+    name: str, cache: Any, count: Callable[[], int] | None, repeat: int, entries: int
+) -> list[Row]:
     compiled = graph(cache)
-    for n in range(ENTRIES):  # 1,000 cached entries of the node
+    for n in range(entries):  # the node's cached entries
         compiled.invoke({"n": n})
     keys = sorted(cache_keys(cache, compiled))
-    assert len(keys) == ENTRIES, len(keys)
+    assert len(keys) == entries, len(keys)
 
     def get(i: int) -> None:
-        chosen = [keys[(i * BATCH + j) % ENTRIES] for j in range(BATCH)]
+        chosen = [keys[(i * BATCH + j) % entries] for j in range(BATCH)]
         assert len(cache.get(chosen)) == BATCH
 
     def set_(i: int) -> None:
         cache.set({(("bench", "set"), f"{i}-{j}"): ({"j": j}, 3600) for j in range(BATCH)})
 
     def cached_run(i: int) -> None:
-        assert compiled.invoke({"n": i % ENTRIES})["out"] == f"result {i % ENTRIES}"
+        assert compiled.invoke({"n": i % entries})["out"] == f"result {i % entries}"
 
     rows = []
     for operation, run in ((f"get {BATCH} keys", get), (f"set {BATCH} pairs", set_),
@@ -141,14 +143,14 @@ def cache_keys(cache: Any, compiled: Any) -> list[Any]:
     return [(tuple(ns.split(",")), key) for ns, key in rows]
 
 
-def run_backend(backend: str, repeat: int) -> list[Row]:
+def run_backend(backend: str, repeat: int, entries: int) -> list[Row]:
     rows: list[Row] = []
     if backend == "mock":
         patch_mongomock_bulk()
         cache: MongoDBCache[Any] = MongoDBCache(mongomock.MongoClient(), "bench_cache")
         cache.setup()
         counter = count_calls(cache.collections)
-        rows += bench("MongoDBCache (mock)", cache, lambda: total(counter), repeat)
+        rows += bench("MongoDBCache (mock)", cache, lambda: total(counter), repeat, entries)
     else:
         listener = CommandCounter()
         client: MongoClient[Any] = MongoClient(
@@ -157,16 +159,16 @@ def run_backend(backend: str, repeat: int) -> list[Row]:
         client.drop_database("bench_cache")
         cache = MongoDBCache(client, "bench_cache")
         cache.setup()
-        rows += bench("MongoDBCache (wire)", cache, lambda: listener.count, repeat)
+        rows += bench("MongoDBCache (wire)", cache, lambda: listener.count, repeat, entries)
         client.drop_database("bench_cache")
         client.close()
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = SqliteCache(path=f"{tmp}/cache.db")
         statements: Counter[str] = Counter()
         sqlite._conn.set_trace_callback(lambda sql: statements.update(["sql"]))
-        rows += bench("SqliteCache (file)", sqlite, lambda: statements["sql"], repeat)
+        rows += bench("SqliteCache (file)", sqlite, lambda: statements["sql"], repeat, entries)
         sqlite._conn.close()
-    rows += bench("InMemoryCache", InMemoryCache(), None, repeat)
+    rows += bench("InMemoryCache", InMemoryCache(), None, repeat, entries)
     return rows
 
 
@@ -182,14 +184,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["mock", "wire", "both"], default="both")
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--entries", type=int, default=ENTRIES, help="cached entries (>= 20)")
     parser.add_argument("--write", action="store_true", help="update docs/cache.md")
     args = parser.parse_args()
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
     sections = []
     try:
         for backend in backends:
-            rows = run_backend(backend, args.repeat)
-            sections.append(f"**{backend}** ({ENTRIES} entries, {args.repeat} repeats)\n\n"
+            rows = run_backend(backend, args.repeat, args.entries)
+            sections.append(f"**{backend}** ({args.entries} entries, {args.repeat} repeats)\n\n"
                             + table(rows))
     finally:
         stop_wire()

@@ -684,10 +684,10 @@ def main() -> None:
         (args.ingest_indexes, lambda: ingest_by_indexes(sizes), (INDEXES_BEGIN, INDEXES_END)),
         (args.vector_memory, lambda: vector_memory(sizes, [10, 100]), (VECTOR_BEGIN, VECTOR_END)),
     ]
-    for asked, table, markers in tables:
+    for asked, make_table, markers in tables:
         if asked:
             try:
-                text = table()
+                text = make_table()
             finally:
                 stop_wire()
             print(text)
