@@ -26,6 +26,7 @@ from tests.backends import (
     sync_client,
     target_params,
 )
+from tests.lengths import FIXED, LONG_RUN, Length
 from tests.saver_support import Api
 from tests.store_support import StoreApi
 
@@ -141,6 +142,16 @@ def _wire_server(tmp_path_factory: Any) -> Iterator[None]:
     backends.wire_storage_root = str(tmp_path_factory.mktemp("wire"))
     yield
     stop_wire()
+
+
+@pytest.fixture(
+    params=[pytest.param(FIXED, id="fixed"),
+            pytest.param(LONG_RUN, id="long", marks=pytest.mark.exhaustive)]
+)
+def length(request: Any) -> Length:
+    """A generative test's length: fixed in the default tier, long in the exhaustive one
+    (tests/lengths.py)."""
+    return request.param
 
 
 @pytest.fixture

@@ -19,12 +19,18 @@ from __future__ import annotations
 
 import inspect
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import bson
 from pymongo.errors import AutoReconnect
+
+import mongo_ckpt
+import mongo_ckpt.store
+from mongo_ckpt import calls, drivers
 
 MODES = ("before", "cut", "after")
 
@@ -168,3 +174,18 @@ class Serialized(_Wrapper):
         with self.lock:
             result = method(*args, **kwargs)
             return list(result) if attr in ("find", "aggregate") else result
+
+
+LIBRARY = [Path(mongo_ckpt.__file__).parent, Path(mongo_ckpt.store.__file__).parent]
+
+
+def issuing_line(exc: BaseException) -> str:
+    """The ``mongo_ckpt.calls`` constructor line of the call that failed (the last frame of
+    that module in the traceback), after checking that the frame before it is a library
+    line outside the call plumbing: the operation that issued the call."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = max(i for i, frame in enumerate(frames) if frame.filename == calls.__file__)
+    issuer = frames[last - 1]
+    assert any(folder in Path(issuer.filename).parents for folder in LIBRARY), issuer
+    assert issuer.filename not in {calls.__file__, drivers.__file__}, issuer
+    return frames[last].line or ""

@@ -66,7 +66,9 @@ def test_a_uri_string_points_at_from_conn_string(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)
-@pytest.mark.parametrize("thing", [object(), None, 42, {"db": 1}], ids=repr)
+@pytest.mark.parametrize(
+    "thing", [object(), None, 42, {"db": 1}], ids=["object", "None", "42", "a dict"]
+)
 def test_anything_else_is_refused_by_name(cls: type, thing: Any) -> None:
     with pytest.raises(TypeError, match=f"^{cls.__name__} needs .*; got {type(thing).__name__}"):
         cls(thing, "t_checks")

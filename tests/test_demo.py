@@ -217,15 +217,15 @@ def test_fresh_machine_commands_are_the_demo_and_the_ci_test_command() -> None:
     commands = readme_block("## Set-up on a fresh machine", "bash").strip().splitlines()
     assert commands == [
         "pip install -e '.[demo]' && python -m mongo_ckpt demo",
-        "pip install -e '.[test,bench]' && python -m pytest -q",
+        "pip install -e '.[test,bench]' && python -m pytest -q -n auto",
     ]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     steps = [line for line in ci if line.startswith("python ")]
     # The README's test command, then the exhaustive tier.
     assert steps == [
         "python -m pip install -e '.[test,bench]'",
-        "python -m pytest -q",
-        "python -m pytest -q --full",
+        "python -m pytest -q -n auto",
+        "python -m pytest -q -n auto --full",
     ]
     assert commands[1].endswith(steps[1])
 

@@ -13,13 +13,14 @@ import math
 from itertools import count
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
+from tests.lengths import Length
 from tests.prose import prose
 from tests.saver_support import Api, assert_no_orphans
 
@@ -135,24 +136,24 @@ def check_bounded_chains(api: Api, thread_id: str, puts: int) -> None:
         assert max(per_channel.values(), default=0) <= bound
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(program=programs)
-def test_every_version_reads_back_like_whole_values(saver: MongoDBSaver, program: list) -> None:
-    delta_api = Api(saver)
-    other = delta_api.reopened()  # a second instance with its own memory, same collections
-    plain = delta_api.reopened(f"{saver.db.name}_plain", list_deltas=False)
-    thread_id = f"t{next(_ids)}"
-    done = run_program([delta_api, other], plain, program, thread_id)
-    check_reads([delta_api, other, plain], done)
-    check_bounded_chains(delta_api, thread_id, len(program))
-    asyncio.run(assert_no_orphans(delta_api))
-    # One blob document per version written, delta or whole.
-    query = {"thread_id": thread_id}
-    assert delta_api.raw(BLOBS).count_documents(query) == plain.raw(BLOBS).count_documents(query)
+def test_every_version_reads_back_like_whole_values(saver: MongoDBSaver, length: Length) -> None:
+    @length.settings(40)
+    @given(program=programs)
+    def check(program: list) -> None:
+        delta_api = Api(saver)
+        other = delta_api.reopened()  # a second instance with its own memory, same collections
+        plain = delta_api.reopened(f"{saver.db.name}_plain", list_deltas=False)
+        thread_id = f"t{next(_ids)}"
+        done = run_program([delta_api, other], plain, program, thread_id)
+        check_reads([delta_api, other, plain], done)
+        check_bounded_chains(delta_api, thread_id, len(program))
+        asyncio.run(assert_no_orphans(delta_api))
+        # One blob document per version written, delta or whole.
+        query = {"thread_id": thread_id}
+        blobs = delta_api.raw(BLOBS).count_documents(query)
+        assert blobs == plain.raw(BLOBS).count_documents(query)
+
+    check()
 
 
 def test_appends_are_stored_as_deltas(saver: MongoDBSaver) -> None:

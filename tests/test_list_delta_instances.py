@@ -13,7 +13,7 @@ from typing import Any
 
 import bson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
@@ -24,6 +24,7 @@ from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, fingerprints
 from mongo_ckpt.memory import THREAD_BYTES
 from mongo_ckpt.schema import saver_key
 from tests.graphs import thread
+from tests.lengths import Length
 from tests.prose import prose
 from tests.saver_support import LOGICAL, Api, assert_no_orphans, maybe_await
 from tests.test_list_delta_differential import (
@@ -275,24 +276,26 @@ class ReadsParent:
         return self.saver.put(config, *args)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(program=programs)
-def test_programs_on_instances_that_read_their_parents(saver: MongoDBSaver, program: list) -> None:
+def test_programs_on_instances_that_read_their_parents(
+    saver: MongoDBSaver, length: Length
+) -> None:
     """``test_list_delta_differential``'s programs (forks, namespaces, edits in the middle,
     tuples, scalars), each put by one of two instances after a ``get_tuple`` of its parent:
     every checkpoint reads back as whole values do."""
-    api = Api(saver)
-    other = api.reopened()
-    plain = api.reopened(f"{saver.db.name}_plain", list_deltas=False)
-    writers = [SimpleNamespace(saver=ReadsParent(run.saver)) for run in (api, other)]
-    thread_id = f"r{next(_threads)}"
-    done = run_program(writers, plain, program, thread_id)
-    check_reads([api, other, plain], done)
-    check_bounded_chains(api, thread_id, len(program))
-    asyncio.run(assert_no_orphans(api))
-    query = {"thread_id": thread_id}
-    assert api.raw(BLOBS).count_documents(query) == plain.raw(BLOBS).count_documents(query)
+
+    @length.settings(30)
+    @given(program=programs)
+    def check(program: list) -> None:
+        api = Api(saver)
+        other = api.reopened()
+        plain = api.reopened(f"{saver.db.name}_plain", list_deltas=False)
+        writers = [SimpleNamespace(saver=ReadsParent(run.saver)) for run in (api, other)]
+        thread_id = f"r{next(_threads)}"
+        done = run_program(writers, plain, program, thread_id)
+        check_reads([api, other, plain], done)
+        check_bounded_chains(api, thread_id, len(program))
+        asyncio.run(assert_no_orphans(api))
+        query = {"thread_id": thread_id}
+        assert api.raw(BLOBS).count_documents(query) == plain.raw(BLOBS).count_documents(query)
+
+    check()

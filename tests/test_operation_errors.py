@@ -6,8 +6,6 @@ failing method in ``mongo_ckpt.calls``), and an operation can catch it.
 
 from __future__ import annotations
 
-import traceback
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,33 +13,15 @@ from langchain_core.messages import HumanMessage
 from pymongo import InsertOne
 from pymongo.errors import AutoReconnect, BulkWriteError
 
-import mongo_ckpt
-import mongo_ckpt.store
-from mongo_ckpt import ClientClosedError, MongoDBSaver, calls, drivers
+from mongo_ckpt import ClientClosedError, MongoDBSaver
 from mongo_ckpt.calls import Operation, bulk_write, find
 from mongo_ckpt.drivers import arun, run
 from mongo_ckpt.layout import CHECKPOINTS
 from tests.backends import sync_client
-from tests.faults import Fault, Faults
+from tests.faults import Fault, Faults, issuing_line
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api
 from tests.store_support import DIMS, FakeEmbeddings, StoreApi
-
-LIBRARY = [Path(mongo_ckpt.__file__).parent, Path(mongo_ckpt.store.__file__).parent]
-
-
-def _issuing_frames(exc: BaseException) -> list[tuple[str, str]]:
-    """``(issuing file, constructor's line)`` for each library frame of the traceback that
-    is directly followed by a frame of a ``mongo_ckpt.calls`` constructor."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    plumbing = {calls.__file__, drivers.__file__}
-    found = []
-    for outer, inner in zip(frames, frames[1:]):
-        issuer = Path(outer.filename)
-        in_library = any(folder in issuer.parents for folder in LIBRARY)
-        if in_library and outer.filename not in plumbing and inner.filename == calls.__file__:
-            found.append((outer.filename, inner.line or ""))
-    return found
 
 
 async def test_every_failing_call_of_a_graph_run_names_its_operation(api: Api) -> None:
@@ -62,7 +42,7 @@ def _check_issuer(exc: BaseException, faults: Faults, number: int) -> None:
     constructor of the method that failed, and only one line issued it."""
     assert faults.fired
     method = faults.calls[number][1]
-    [(_, line)] = _issuing_frames(exc)
+    line = issuing_line(exc)
     assert f'"{method}"' in line, (method, line)
 
 
@@ -107,5 +87,5 @@ def test_a_closed_client_error_names_the_operation(backend: str, db_name: str) -
     client.close()
     with pytest.raises(ClientClosedError, match="client was closed") as raised:
         saver.get_tuple(thread("t"))
-    [(_, line)] = _issuing_frames(raised.value)
+    line = issuing_line(raised.value)
     assert '"aggregate"' in line

@@ -7,7 +7,7 @@ from typing import Any
 
 import mongomock
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.store.base import PutOp
 from langgraph.store.memory import InMemoryStore
@@ -15,6 +15,7 @@ from pymongo import MongoClient
 
 from mongo_ckpt.store import MongoDBStore
 from tests.backends import wire_uri
+from tests.lengths import Length
 
 LABELS = st.sampled_from(["a", "b", "a-b", "c c", "é"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
@@ -113,11 +114,13 @@ def _without_empty_namespaces(memory: InMemoryStore) -> InMemoryStore:
     return copy
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(OPS, max_size=25))
-def test_same_answers_as_in_memory_store_on_mongomock(put_shape: str, ops: list[tuple]) -> None:
-    _check(MongoDBStore(mongomock.MongoClient(), "differential"), ops)
+def test_same_answers_as_in_memory_store_on_mongomock(put_shape: str, length: Length) -> None:
+    @length.settings(60)
+    @given(ops=st.lists(OPS, max_size=25))
+    def check(ops: list[tuple]) -> None:
+        _check(MongoDBStore(mongomock.MongoClient(), "differential"), ops)
+
+    check()
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +130,14 @@ def wire_client() -> Any:
     client.close()
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(OPS, max_size=25))
-def test_same_answers_as_in_memory_store_over_the_wire(wire_client: Any, ops: list[tuple]) -> None:
-    db = f"t_diff_{uuid.uuid4().hex[:8]}"
-    try:
-        _check(MongoDBStore(wire_client, db), ops)
-    finally:
-        wire_client.drop_database(db)
+def test_same_answers_as_in_memory_store_over_the_wire(wire_client: Any, length: Length) -> None:
+    @length.settings(10)
+    @given(ops=st.lists(OPS, max_size=25))
+    def check(ops: list[tuple]) -> None:
+        db = f"t_diff_{uuid.uuid4().hex[:8]}"
+        try:
+            _check(MongoDBStore(wire_client, db), ops)
+        finally:
+            wire_client.drop_database(db)
+
+    check()

@@ -11,7 +11,7 @@ from typing import Any
 import bson
 import mongomock
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -30,6 +30,7 @@ from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.reading import ONLY_ITEMS, all_of
 from mongo_ckpt.store.vectors import Embedded, unit, unpacked
 from tests.backends import count_calls, maybe_await, sync_client, total
+from tests.lengths import Length
 from tests.store_support import DIMS, FakeEmbeddings
 from tests.test_store_differential import OPS, _check
 from tests.test_store_filters import BAD_FILTERS, CASES, ITEMS
@@ -261,10 +262,13 @@ def _drive(operation: Any, replies: list[Any]) -> tuple[list[Call], Any]:
         return calls, stop.value
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(OPS, max_size=25))
-def test_same_answers_as_in_memory_store_when_encrypted(ops: list[tuple]) -> None:
-    _check(MongoDBStore(mongomock.MongoClient(), "differential", serde=ENCRYPTED), ops)
+def test_same_answers_as_in_memory_store_when_encrypted(length: Length) -> None:
+    @length.settings(40)
+    @given(st.lists(OPS, max_size=25))
+    def check(ops: list[tuple]) -> None:
+        _check(MongoDBStore(mongomock.MongoClient(), "differential", serde=ENCRYPTED), ops)
+
+    check()
 
 
 # -- the Python filter against the server -------------------------------------------
