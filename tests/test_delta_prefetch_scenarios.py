@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 from tests.delta_conversation import FREQUENCY, Conversation
 from tests.delta_graphs import message_summary
 from tests.graphs import thread
+from tests.lengths import Length
 from tests.perf.conversation import DELTA, chat_graph, human_message
 from tests.saver_support import Api
 
@@ -292,7 +293,7 @@ async def test_a_seed_and_a_target_value_of_several_parts(api: Api) -> None:
         await load_checked(api, thread("t"))
 
 
-async def test_generated_threads_played_by_two_instances(api: Api) -> None:
+async def test_generated_threads_played_by_two_instances(api: Api, length: Length) -> None:
     """The generated scenarios of ``tests/delta_graphs.py`` with each step on the other
     instance: every checkpoint, and the latest of every namespace, loads as a cold
     instance and the base class's walk find it, on both instances."""
@@ -300,7 +301,7 @@ async def test_generated_threads_played_by_two_instances(api: Api) -> None:
 
     other = api.reopened()
     apis = [api, other]
-    for seed in range(12):
+    for seed in range(length.times(4)):
         shape, steps = generate(seed)
         graphs = [a.compile(builder(shape, True)) for a in apis]
         thread_id = f"g{seed}"
