@@ -10,7 +10,6 @@ from __future__ import annotations
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.connection import AsyncClient, AsyncClientOwner
 from mongo_ckpt.drivers import AsyncDriver
-from mongo_ckpt.schema import UPGRADE_LIMIT
 
 
 class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase[AsyncClient]):
@@ -22,10 +21,10 @@ class AsyncMongoDBSaver(AsyncClientOwner, AsyncDriver, MongoSaverBase[AsyncClien
         >>> await graph.ainvoke(inputs, {"configurable": {"thread_id": "1"}})
     """
 
-    async def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:  # type: ignore[override]
+    async def setup(self) -> None:  # type: ignore[override]
         """``MongoDBSaver.setup`` as a coroutine: ``await saver.setup()``, as on
         ``AsyncPostgresSaver``; ``asetup`` is the same coroutine."""
-        await self.asetup(upgrade_limit=upgrade_limit)
+        await self.asetup()
 
     async def upgrade(self) -> None:  # type: ignore[override]
         """``MongoDBSaver.upgrade`` as a coroutine, like ``setup``; ``aupgrade`` is the

@@ -36,7 +36,7 @@ from mongo_ckpt.connection import (
 from mongo_ckpt.layout import CHECKPOINTS, WRITES, Layout
 from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.operations import CheckpointOperations
-from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION, UPGRADE_LIMIT
+from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
 T = TypeVar("T")
@@ -141,7 +141,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
         self._tracer = operation_tracer(tracing, db_name)
-        self._upgrade_limit: int | None = UPGRADE_LIMIT
 
     @classmethod
     def from_conn_string(
@@ -258,7 +257,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                         for logical, name in self.layout.by_logical().items()
                     }
                 self._client_bulk_decided = True
-            yield from self.ops.setup(self.db.name, self._upgrade_limit)
+            yield from self.ops.setup(self.db.name)
             self._is_setup = True
         elif self.memory.recheck_due():
             yield from self.ops.recheck_layout(self.db.name)
@@ -295,38 +294,23 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     # -- sync API -------------------------------------------------------------
 
-    def setup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
-        """Check the layout version and, for new or older collections, create the indexes,
-        upgrade the documents in place and record the version (idempotent; also done on
-        first use). One round trip when nothing is to upgrade. A new, empty database gets
-        the current version (or the one another process recorded since the read); existing
-        data at most version 3, which releases before list deltas read too: list deltas
-        wait for ``upgrade()``.
+    def setup(self) -> None:
+        """Check the layout version and, on new collections, create the indexes and record
+        the version (idempotent; also done on first use). One round trip on a database set
+        up before.
 
         Raises ``SchemaTooNewError`` for data of a newer mongo-ckpt, and
-        ``SchemaUpgradeRequired`` when an upgrade would rewrite more than ``upgrade_limit``
-        documents (``None``: no limit, as ``mongo-ckpt upgrade`` runs it) or the collections
-        hold langgraph-checkpoint-mongodb data (``mongo-ckpt migrate`` converts it).
+        ``SchemaUpgradeRequired`` for langgraph-checkpoint-mongodb data (``mongo-ckpt
+        migrate`` converts it) and data of a pre-release layout; nothing is written then.
         """
         self._is_setup = False
-        self._upgrade_limit = upgrade_limit
-        try:
-            self._run(self._setup_once(), SpanInfo("setup"))
-        finally:
-            self._upgrade_limit = UPGRADE_LIMIT
+        self._run(self._setup_once(), SpanInfo("setup"))
 
     def upgrade(self) -> None:
-        """Upgrade the layout to this release's version, however many documents that
-        rewrites, and record that every writer reads list deltas: this saver writes them
-        at once, other savers of this release within a minute, and releases that do not
-        read them refuse the database at setup. Run it (or ``mongo-ckpt upgrade``) once no
-        process of such a release is left (docs/operations.md). Idempotent."""
+        """Set up, then record this release's layout version (idempotent; with one layout
+        there is nothing to rewrite)."""
         self._is_setup = False
-        self._upgrade_limit = None
-        try:
-            self._run(self.ops.upgrade(), SpanInfo("upgrade"))
-        finally:
-            self._upgrade_limit = UPGRADE_LIMIT
+        self._run(self.ops.upgrade(), SpanInfo("upgrade"))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
@@ -419,12 +403,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         running; ``True`` once none is (``False``: ``timeout`` seconds passed first)."""
         return self._join_background(timeout)
 
-    def backfill_join_keys(self) -> int:
-        """Add the thread-scoped ``join`` key to value and write documents written by an
-        earlier version (reads join on it); returns how many documents were updated.
-        ``setup`` runs it when it upgrades layout version 1."""
-        return self._run(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
-
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Drop history: ``keep_latest`` keeps each namespace's newest checkpoint (and the
         ancestors its DeltaChannels replay from); ``delete`` (alias ``delete_all``)
@@ -436,23 +414,15 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     # -- async API ------------------------------------------------------------
 
-    async def asetup(self, *, upgrade_limit: int | None = UPGRADE_LIMIT) -> None:
+    async def asetup(self) -> None:
         """Async ``setup``."""
         self._is_setup = False
-        self._upgrade_limit = upgrade_limit
-        try:
-            await self._arun(self._setup_once(), SpanInfo("setup"))
-        finally:
-            self._upgrade_limit = UPGRADE_LIMIT
+        await self._arun(self._setup_once(), SpanInfo("setup"))
 
     async def aupgrade(self) -> None:
         """Async ``upgrade``."""
         self._is_setup = False
-        self._upgrade_limit = None
-        try:
-            await self._arun(self.ops.upgrade(), SpanInfo("upgrade"))
-        finally:
-            self._upgrade_limit = UPGRADE_LIMIT
+        await self._arun(self.ops.upgrade(), SpanInfo("upgrade"))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
@@ -513,10 +483,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             maintenance.delete_for_runs(self.memory.forget, run_ids),
             SpanInfo("delete_for_runs"),
         )
-
-    async def abackfill_join_keys(self) -> int:
-        """Async ``backfill_join_keys``."""
-        return await self._arun(self.ops.backfill_join_keys(), SpanInfo("backfill_join_keys"))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Async ``copy_thread``."""

@@ -122,36 +122,31 @@ def ttl(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Finding]:
     ]
 
 
-def schema_version(
-    found: int | None, current: int, has_data: bool, upgrade: str, setup_version: int | None = None
-) -> Finding:
+def schema_version(found: int | None, current: int, has_data: bool) -> Finding:
     """The layout version recorded for the saver (``found``) against the ``current`` one
-    this release reads; ``upgrade``: the command that upgrades it; ``setup_version``: the
-    highest version ``setup()`` reaches itself (beyond it, only the upgrade step)."""
+    this release reads."""
     check = "schema version"
+    pre_release = (
+        "a development build wrote it before the first release: set up on a new database "
+        "(or drop these collections) and write the data again"
+    )
     if found == current:
         return Finding(check, "ok", f"version {found} (current)")
-    if found is not None and setup_version is not None and setup_version <= found < current:
-        off = {
-            3: "list deltas, slim documents and compressed values",
-            4: "slim checkpoint documents and compressed values",
-        }.get(found, "compressed values")
-        return Finding(
-            check, "warn", f"version {found}: {off} are off until the upgrade step",
-            f"once no process of an earlier mongo-ckpt release is left, run `{upgrade}`",
-        )
     if found is not None and found > current:
         return Finding(
             check, "fail", f"version {found}, newer than version {current} this mongo-ckpt reads",
             "upgrade mongo-ckpt to a newer release before reading this data",
         )
     if found is not None:
-        return Finding(check, "fail", f"version {found}, older than {current}", f"run `{upgrade}`")
+        return Finding(
+            check, "fail", f"version {found}, a pre-release layout (current: {current})",
+            pre_release,
+        )
     if not has_data:
         return Finding(check, "ok", "not recorded yet: no data (setup() records it on first use)")
     return Finding(
-        check, "warn", f"not recorded: data of an earlier mongo-ckpt (current: {current})",
-        f"run `{upgrade}` (the saver's setup() also does, on first use)",
+        check, "fail", f"not recorded: data of an earlier mongo-ckpt (current: {current})",
+        pre_release,
     )
 
 

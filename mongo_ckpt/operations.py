@@ -52,7 +52,6 @@ from mongo_ckpt.calls import (
     aggregate,
     bulk_write,
     client_bulk_write,
-    count_documents,
     create_indexes,
     delete_many,
     find,
@@ -138,7 +137,6 @@ _KEY_FIELDS = {
     BLOBS: (*BLOB_KEY, "part"),
     WRITES: (*WRITE_KEY, "part"),
 }
-NO_JOIN = {"join": {"$exists": False}}  # value and write documents of layout version 1
 COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
 
 
@@ -186,30 +184,23 @@ class CheckpointOperations:
         """How errors name the saver's collections."""
         return f"database {db_name!r} (collections {', '.join(self.layout.by_logical().values())})"
 
-    def setup(self, db_name: str, upgrade_limit: int | None) -> Operation[None]:
-        """Check the recorded layout version; upgrade and record it when older, up to
-        ``schema.SAVER_SETUP_VERSION`` (a new, empty database gets the current version, or
-        the one another process recorded since the read: ``schema.record_first``).
+    def setup(self, db_name: str) -> Operation[None]:
+        """Check the recorded layout version: one round trip when it is this release's.
 
-        One round trip when nothing is to upgrade. Unversioned collections are new
-        (indexes created), an earlier mongo-ckpt's (upgraded from version 1), or
-        langgraph-checkpoint-mongodb's (refused: ``mongo-ckpt migrate`` converts them).
-        Notes in ``memory`` what the recorded version allows (list deltas, slim documents).
+        New, empty collections get their indexes and the current version (or the one
+        another process recorded since the read: ``schema.record_first``). Refused with
+        ``SchemaUpgradeRequired``, nothing written: langgraph-checkpoint-mongodb's
+        collections (``mongo-ckpt migrate`` converts them), and data of a pre-release
+        layout, recorded below the current version or not recorded at all. A newer
+        version raises ``SchemaTooNewError`` (``schema.read``).
         """
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
-        if found is not None and found >= schema.SAVER_SETUP_VERSION:
-            self.memory.note_recorded(found, exact=True)
-            return
-        empty = False
         if found is None:
             sample = yield from find(
                 CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1
             )
-            empty = not sample
-            if empty:
-                found = schema.SAVER_SCHEMA_VERSION
-            elif not isinstance(sample[0].get("checkpoint"), Mapping):
+            if sample and not isinstance(sample[0].get("checkpoint"), Mapping):
                 raise schema.SchemaUpgradeRequired(
                     f"collection {self.layout.checkpoints!r} of {where} holds "
                     "langgraph-checkpoint-mongodb documents, which mongo-ckpt does not read: "
@@ -217,19 +208,15 @@ class CheckpointOperations:
                     f"--from-official --source-db {db_name} --db <new database>` and point "
                     "the saver at it"
                 )
-            else:
-                found = 1
-        yield from self.create_indexes()
-        if empty:
-            found = yield from schema.record_first(key, self.layout.by_logical(), found, where)
-            if found >= schema.SAVER_SETUP_VERSION:
-                self.memory.note_recorded(found, exact=True)
-                return
-        if found < 2:
-            yield from self._add_join_keys(where, db_name, upgrade_limit)
-        recorded = max(found, schema.SAVER_SETUP_VERSION)
-        yield from schema.record(key, self.layout.by_logical(), recorded)
-        self.memory.note_recorded(recorded, exact=True)
+            if sample:
+                raise schema.pre_release(key, where, None)
+            yield from self.create_indexes()
+            found = yield from schema.record_first(
+                key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION, where
+            )
+        if found < schema.SAVER_SCHEMA_VERSION:
+            raise schema.pre_release(key, where, found)
+        self.memory.note_recorded(found, exact=True)
 
     def upgrade(self) -> Operation[None]:
         """Record the current layout version (after ``setup``): every writer reads list
@@ -257,25 +244,6 @@ class CheckpointOperations:
         models = index_models(self.layout)
         for logical, name in self.layout.by_logical().items():
             yield from create_indexes(logical, models[name])
-
-    def _add_join_keys(
-        self, where: str, db_name: str, upgrade_limit: int | None
-    ) -> Operation[None]:
-        """Upgrade 1 -> 2: the ``join`` keys, in place unless more than ``upgrade_limit``
-        documents lack them."""
-        if upgrade_limit is not None:
-            missing = 0
-            for collection in (BLOBS, WRITES):
-                missing += yield from count_documents(collection, NO_JOIN, limit=upgrade_limit + 1)
-            if missing > upgrade_limit:
-                command = schema.upgrade_command(db_name, self.layout)
-                raise schema.SchemaUpgradeRequired(
-                    f"{where} needs its layout upgraded from version 1 to "
-                    f"{schema.SAVER_SETUP_VERSION}, which rewrites more than {upgrade_limit} "
-                    f"documents, too many for setup(): run `{command}` (or "
-                    "saver.setup(upgrade_limit=None)) once, then start the application"
-                )
-        yield from self.backfill_join_keys()
 
     def get_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
         """The checkpoint with its values and pending writes: one aggregation
@@ -760,24 +728,6 @@ class CheckpointOperations:
         own = {"thread_id": target, COPIED_FROM: {"$ne": source}}
         if (yield from find(CHECKPOINTS, own, projection={"_id": 1}, limit=1)):
             raise ThreadExistsError(target)
-
-    def backfill_join_keys(self) -> Operation[int]:
-        """Add the ``join`` key to value and write documents stored before it existed."""
-        updated = 0
-        for collection, fields, build in (
-            (BLOBS, BLOB_KEY, blob_join),
-            (WRITES, WRITE_KEY[:3], write_join),
-        ):
-            projection = {f: 1 for f in fields}
-            cursor = yield from find_cursor(collection, NO_JOIN, projection=projection)
-            while docs := (yield from next_batch(cursor, COPY_BATCH)):
-                requests: list[WriteRequest] = [
-                    UpdateOne({"_id": d["_id"]}, {"$set": {"join": build(*key_of(d, fields))}})
-                    for d in docs
-                ]
-                yield from bulk_write(collection, requests, ordered=False)
-                updated += len(requests)
-        return updated
 
 
 def _fields(names: Iterable[str]) -> dict[str, int]:

@@ -3,38 +3,25 @@
 Each saver (keyed by its checkpoints collection) and each store (keyed by its
 collection) has one document in ``SCHEMA_COLLECTION`` of its database::
 
-    {"_id": "saver:checkpoints", "version": 2, "collections": {...}, "updated_at": ...}
+    {"_id": "saver:checkpoints", "version": 6, "collections": {...}, "updated_at": ...}
 
 ``setup()`` reads it first. At the current version nothing else runs (one round
-trip). An older version is upgraded in place, step by step, up to
-``SAVER_SETUP_VERSION``, unless a step would touch more than ``upgrade_limit``
-documents: then ``SchemaUpgradeRequired`` names the command that does it. A newer
-version raises ``SchemaTooNewError`` before any data is read or written. Versions
-only go up (``$max``).
+trip). A newer version raises ``SchemaTooNewError`` before any data is read or written.
+Versions only go up (``$max``).
 
-A version that changes what readers must understand (4: list deltas, 5: slim checkpoint
-documents, 6: compressed values) is recorded by ``setup()`` only on a new, empty database,
-and only if no version was recorded since it read none (``record_first``): a process of
-another release setting it up at the same moment keeps it on the layout it recorded first.
-On existing data only the explicit upgrade step records it (``saver.upgrade()``,
-``mongo-ckpt upgrade``), run once every process runs a release that reads it; until then
-the saver writes what the recorded version reads. Once it is recorded, earlier releases
-refuse the data at setup (``SchemaTooNewError``).
+The saver reads and writes one layout, version 6 (the numbers below 6 were development
+builds before the first release). Its ``setup()`` records it on new, empty collections, only
+if no version was recorded since it read none (``record_first``), and refuses data recorded
+below it or not recorded at all (``SchemaUpgradeRequired``, nothing written). Version 6 is:
+``join`` keys on value and write documents, a sparse ``doomed`` index (maintenance marks
+what it deletes), list deltas (``listdelta.py``), slim checkpoint documents
+(``documents.checkpoint_document``) and compressed values (``payload.split``).
 
-Saver versions:
-  1. Values and writes without the thread-scoped ``join`` key (the earliest releases).
-  2. ``join`` keys on value and write documents; this document exists.
-  3. A sparse ``doomed`` index on values and writes (maintenance marks what it deletes).
-  4. List deltas (``listdelta.py``): a value may be a tail naming its ``base``; a
-     reader of version 3 would take the tail for the whole list. No data changes.
-  5. Slim checkpoint documents (``documents.checkpoint_document``): ``metadata_typed``
-     only when the plain copy does not read back exactly, ``run_id`` and ``replay`` only
-     when set, the serialized checkpoint without its ``id``. A reader of version 4 would
-     miss the metadata and the id. No data changes: both layouts read.
-  6. Compressed values (``payload.split``): a value or pending write of at least
-     ``payload.COMPRESS_FROM`` serialized bytes may be stored zlib-compressed, its head
-     saying so; a reader of version 5 would hand the compressed bytes to the serializer. No data
-     changes: both layouts read.
+The store's setup still takes existing data up to ``STORE_SETUP_VERSION`` by itself, and
+the later versions by the upgrade step (``store.upgrade()``, ``mongo-ckpt upgrade
+--store``), run once every process runs a release that reads them; until then the store
+writes what the recorded version reads. Once it is recorded, earlier releases refuse the
+data at setup (``SchemaTooNewError``).
 
 Store versions:
   1. One document per item.
@@ -57,7 +44,6 @@ Store versions:
 
 from __future__ import annotations
 
-import shlex
 import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -69,12 +55,8 @@ from mongo_ckpt.calls import Operation, find_one, update_one, upserted
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
-from mongo_ckpt.layout import Layout
 
 SAVER_SCHEMA_VERSION = 6
-# The highest saver version ``setup()`` raises existing data to by itself: a release
-# that reads version 3 may still be running beside this one and would misread a list delta.
-SAVER_SETUP_VERSION = 3
 # The recorded saver version from which list deltas may be written.
 LIST_DELTAS_VERSION = 4
 # The recorded saver version from which slim checkpoint documents may be written.
@@ -97,8 +79,6 @@ SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # While the recorded version is below the current one, how often a saver or a store reads
 # it again, so an upgrade by another process takes effect without a restart.
 LAYOUT_RECHECK_SECONDS = 60.0
-# Documents an upgrade step may rewrite inside ``setup()``; more needs ``mongo-ckpt upgrade``.
-UPGRADE_LIMIT = 10_000
 
 
 class SchemaTooNewError(MongoCkptError, RuntimeError):
@@ -151,19 +131,6 @@ def store_key(collection: str) -> str:
     return f"store:{collection}"
 
 
-def upgrade_command(db_name: str, layout: Layout) -> str:
-    """The ``mongo-ckpt`` command line that upgrades the saver on ``layout`` in ``db_name``."""
-    words = ["mongo-ckpt", "upgrade", "--db", db_name]
-    for option, name, default in zip(
-        ("--checkpoints", "--blobs", "--writes"),
-        layout.by_logical().values(),
-        Layout().by_logical().values(),
-    ):
-        if name != default:
-            words += [option, name]
-    return " ".join(shlex.quote(w) for w in words)
-
-
 def _kind(key: str) -> str:
     return key.split(":", 1)[0]
 
@@ -187,6 +154,18 @@ def _understood(doc: Mapping[str, Any] | None, key: str, where: str) -> int | No
             "to a newer release instead of reading this data with an older one"
         )
     return found
+
+
+def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequired:
+    """The refusal of data that a development build wrote before the first release (a
+    layout version below the current one, or none recorded): this release reads its own."""
+    held = "no recorded layout version" if found is None else f"layout version {found}"
+    return SchemaUpgradeRequired(
+        f"{where} holds mongo-ckpt data with {held}, written by a development build before "
+        f"the first release; mongo-ckpt {library_version()} reads layout version "
+        f"{SCHEMA_VERSION[_kind(key)]} only: set up on a new database (or drop these "
+        "collections) and write the data again"
+    )
 
 
 def record(

@@ -635,22 +635,15 @@ def test_doctor_and_stats_check_the_recorded_layout_version(fresh: Written) -> N
     newer = fresh.invoke("doctor")
     assert newer.exit_code == 1
     assert "upgrade mongo-ckpt to a newer release" in newer.output
-    versions.update_one(key, {"$set": {"version": 3}})
-    pending = schema()
-    assert pending["status"] == "warn"
-    assert pending["detail"] == (
-        "version 3: list deltas, slim documents and compressed values are off until the "
-        "upgrade step"
-    )
-    assert pending["fix"] == (
-        "once no process of an earlier mongo-ckpt release is left, run "
-        f"`mongo-ckpt upgrade --db {fresh.db}`"
-    )
-    assert fresh.invoke("doctor").exit_code == 0
-    versions.update_one(key, {"$set": {"version": 1}})
-    older = schema()
-    assert older["status"] == "fail"
-    assert older["fix"] == f"run `mongo-ckpt upgrade --db {fresh.db}`"
+    for pre_release in (5, 1):
+        versions.update_one(key, {"$set": {"version": pre_release}})
+        older = schema()
+        assert older["status"] == "fail"
+        assert older["detail"] == (
+            f"version {pre_release}, a pre-release layout (current: {SAVER_SCHEMA_VERSION})"
+        )
+        assert "set up on a new database" in older["fix"]
+        assert fresh.invoke("doctor").exit_code == 1
     versions.delete_one(key)
     unrecorded = schema()
-    assert unrecorded["status"] == "warn" and "earlier mongo-ckpt" in unrecorded["detail"]
+    assert unrecorded["status"] == "fail" and "earlier mongo-ckpt" in unrecorded["detail"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,9 +11,8 @@ from click.testing import CliRunner
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
-from mongo_ckpt import MongoDBSaver, SchemaUpgradeRequired
+from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.cli import CliState, cli
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, read_version, saver_key
 from tests.graphs import chat_builder, contents, thread
 
@@ -98,37 +96,35 @@ def test_migrate_refuses_what_it_cannot_do(client: Any, dbs: tuple[str, str]) ->
     assert bad.exit_code == 2 and "CHECKPOINTS,WRITES" in bad.output
 
 
-def test_upgrade_runs_the_command_setup_names(client: Any, db_name: str) -> None:
+def test_upgrade_keeps_a_current_database_and_refuses_a_pre_release_one(
+    client: Any, db_name: str
+) -> None:
     names = {"checkpoint_collection_name": "ck", "blobs_collection_name": "bl"}
     saver = MongoDBSaver(client, db_name, **names)
     graph = chat_builder().compile(checkpointer=saver)
     for text in ("one", "two"):
         graph.invoke({"messages": [HumanMessage(text)]}, thread("t"))
-    # The layout of the earliest releases: no join keys, no version.
-    for logical in (BLOBS, WRITES):
-        saver.collections[logical].update_many({}, {"$unset": {"join": ""}})
-    client[db_name][SCHEMA_COLLECTION].delete_many({})
+    command = ["upgrade", "--db", db_name, "--checkpoints", "ck", "--blobs", "bl"]
     try:
-        with pytest.raises(SchemaUpgradeRequired) as raised:
-            MongoDBSaver(client, db_name, **names).setup(upgrade_limit=1)
-        command = str(raised.value).split("`")[1]
-        assert command == f"mongo-ckpt upgrade --db {db_name} --checkpoints ck --blobs bl"
-        result = invoke(client, *shlex.split(command)[1:], "--json")
+        result = invoke(client, *command, "--json")
         assert result.exit_code == 0, result.output
-        after = SAVER_SCHEMA_VERSION
-        assert json.loads(result.output) == {
-                "command": "upgrade", "db": db_name, "status": "done", "before": None,
-                "after": after,
-            }
-        assert read_version(client[db_name], saver_key("ck")) == SAVER_SCHEMA_VERSION
-        assert saver.collections[BLOBS].count_documents({"join": {"$exists": False}}) == 0
-        later = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name, **names))
-        result = later.invoke({"messages": [HumanMessage("three")]}, thread("t"))
-        assert contents(result["messages"])[-1] == ("ai", "#5: three")
-        again = invoke(client, *shlex.split(command)[1:])
         current = SAVER_SCHEMA_VERSION
+        assert json.loads(result.output) == {
+            "command": "upgrade", "db": db_name, "status": "done", "before": current,
+            "after": current,
+        }
+        again = invoke(client, *command)
         assert again.output.strip() == f"{db_name}: layout version {current} -> version {current}"
-        assert saver.collections[CHECKPOINTS].count_documents({}) == 3 * 3  # 3 per turn
+        # Data a development build recorded below the current version: refused, untouched.
+        client[db_name][SCHEMA_COLLECTION].update_one(
+            {"_id": saver_key("ck")}, {"$set": {"version": current - 1}}
+        )
+        before = {name: list(client[db_name][name].find()) for name in ("ck", "bl")}
+        refused = invoke(client, *command)
+        assert refused.exit_code == 1
+        assert f"layout version {current - 1}, written by a development build" in refused.output
+        assert read_version(client[db_name], saver_key("ck")) == current - 1
+        assert {name: list(client[db_name][name].find()) for name in ("ck", "bl")} == before
     finally:
         client.drop_database(db_name)
 

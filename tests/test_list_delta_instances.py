@@ -22,7 +22,6 @@ from mongo_ckpt import MongoDBSaver, StaleParentError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, NOT_PENDING
 from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, fingerprints
 from mongo_ckpt.memory import THREAD_BYTES
-from mongo_ckpt.schema import saver_key
 from tests.graphs import thread
 from tests.lengths import Length
 from tests.prose import prose
@@ -34,7 +33,6 @@ from tests.test_list_delta_differential import (
     run_program,
 )
 from tests.test_list_delta_storage import ENCRYPTED, Chain, message
-from tests.test_schema_versions import set_version
 
 TURNS = 60
 DELTAS = {"base": {"$exists": True}}
@@ -211,17 +209,6 @@ async def test_a_chain_without_counters_starts_anew(api: Api) -> None:
     await follow.put([*messages, message(4, 10), message(5, 10)])  # its own chain from here
     head = (await api.docs(BLOBS, {"version": follow.versions["messages"]}))[0]
     assert head["k"] == 1
-
-
-async def test_no_deltas_before_the_upgrade_step(api: Api) -> None:
-    await set_version(api.saver, saver_key("checkpoints"), 3)  # as the previous release
-    chain, messages = await grown(api, 1, list_deltas=False)
-    other, follow = await follower(api, chain)
-    assert not other.saver.memory.deltas_enabled
-    await other.get_tuple(chain.config)
-    assert other.saver.memory.cached_bytes == 0  # nothing held for a delta never written
-    await follow.put([*messages, message(1, 10)])
-    assert await api.count(BLOBS, DELTAS) == 0
 
 
 async def test_encrypted_instances_in_turn(api: Api) -> None:

@@ -167,7 +167,10 @@ def _records_of_failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRe
 
 
 def _expired_on_wire(db_name: str, n: int) -> None:
-    """``n`` expired threads: the sweep is still running when the context exits."""
+    """``n`` expired threads in a set-up database: the sweep is still running when the
+    context exits."""
+    client: MongoClient = MongoClient(wire_uri())
+    MongoDBSaver(client, db_name).setup()
     old = datetime.now(timezone.utc) - timedelta(seconds=2 * TTL)
     docs = [
         {
@@ -179,7 +182,8 @@ def _expired_on_wire(db_name: str, n: int) -> None:
         }
         for i in range(n)
     ]
-    MongoClient(wire_uri())[db_name]["checkpoints"].insert_many(docs)
+    client[db_name]["checkpoints"].insert_many(docs)
+    client.close()
 
 
 def test_leaving_from_conn_string_stops_the_sweep_before_closing_the_client(

@@ -13,9 +13,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.operations import BLOBS, WRITES
-from tests.backends import maybe_await
 from tests.faults import ByteCounter
-from tests.saver_support import Api, put_chain, values_at
 
 MB = 1024 * 1024
 COPIES = 5
@@ -69,15 +67,3 @@ def test_delta_history_read_is_thread_scoped(saver: MongoDBSaver) -> None:
     assert history["small"]["writes"] == [("task", "small", "w")]
     print(f"victim delta history transferred {counter.bytes} bytes")
     assert counter.bytes < MB
-
-
-async def test_backfill_join_keys(api: Api) -> None:
-    configs = await put_chain(api, "t", 2, writes=True)
-    for logical in (BLOBS, WRITES):  # as stored before join keys existed
-        await maybe_await(api.raw(logical).update_many({}, {"$unset": {"join": ""}}))
-    assert await api.backfill_join_keys() == await api.count(BLOBS) + await api.count(WRITES)
-    assert await api.backfill_join_keys() == 0
-    for step, config in enumerate(configs):
-        found = await api.get_tuple(config)
-        assert found.checkpoint["channel_values"] == values_at(step, "t")
-        assert found.pending_writes == [(f"task-{step}", "w", f"w{step}")]

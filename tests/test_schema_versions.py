@@ -1,11 +1,9 @@
-"""Versioned layout: ``setup()`` records the version, upgrades older data in place (or names
-the command that does), and refuses data written by a newer mongo-ckpt."""
+"""Versioned layout: ``setup()`` records the version, refuses the saver's pre-release
+layouts and data written by a newer mongo-ckpt, and upgrades a store's older data."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -13,7 +11,6 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt import (
-    AsyncMongoDBSaver,
     MongoDBSaver,
     SchemaTooNewError,
     SchemaUpgradeRequired,
@@ -23,7 +20,6 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import (
     SAVER_SCHEMA_VERSION,
-    SAVER_SETUP_VERSION,
     SCHEMA_COLLECTION,
     STORE_SCHEMA_VERSION,
     read_version,
@@ -33,7 +29,7 @@ from mongo_ckpt.schema import (
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.operations import StoreOperations
 from tests.backends import count_calls, maybe_await, sync_client
-from tests.graphs import chat_builder, contents, thread
+from tests.graphs import chat_builder, thread
 from tests.saver_support import Api
 
 
@@ -47,16 +43,6 @@ async def set_version(saver: Any, key: str, version: int | None) -> None:
         await maybe_await(coll.delete_one({"_id": key}))
     else:
         await maybe_await(coll.update_one({"_id": key}, {"$set": {"version": version}}))
-
-
-async def as_version_1(run: Api) -> None:
-    """Make the saver's data look as the earliest releases stored it: no ``join`` keys,
-    no schema document."""
-    db = run.saver.db
-    for logical in (BLOBS, WRITES):
-        name = run.saver.layout.by_logical()[logical]
-        await maybe_await(db[name].update_many({}, {"$unset": {"join": ""}}))
-    await set_version(run.saver, saver_key("checkpoints"), None)
 
 
 async def chat(run: Api, *turns: str) -> list:
@@ -80,46 +66,11 @@ async def check_setup_records_the_version(run: Api) -> None:
     assert doc["version"] == SAVER_SCHEMA_VERSION
     assert doc["collections"] == run.saver.layout.by_logical()
     assert doc["written_by"].startswith("mongo-ckpt ")
-
-
-async def check_older_layout_is_upgraded_in_place(run: Api) -> None:
-    await chat(run, "one", "two")
-    await as_version_1(run)
-    missing = {"join": {"$exists": False}}
-    assert await count(run, BLOBS, missing) > 0 and await count(run, WRITES, missing) > 0
-    # A restarted application on the old data: the first use upgrades, the thread goes on.
-    later = run.reopened()
-    messages = await chat(later, "three")
-    assert contents(messages)[-2:] == [("human", "three"), ("ai", "#5: three")]
-    assert await count(run, BLOBS, missing) == 0 and await count(run, WRITES, missing) == 0
-    # Existing data: an earlier release may still run beside this one, so the version
-    # that needs the explicit upgrade step (list deltas) is not recorded.
-    recorded = await schema_doc(run.saver, saver_key("checkpoints"))
-    assert recorded["version"] == SAVER_SETUP_VERSION
     # Recorded: the next saver's setup is one round trip.
     again = run.reopened()
     calls = count_calls(again.saver.collections)
     await maybe_await(again.saver.setup())
     assert dict(calls) == {("schema", "find_one"): 1}
-
-
-async def check_too_big_upgrade_names_the_command(run: Api) -> None:
-    await chat(run, "one", "two")
-    await as_version_1(run)
-    missing = {"join": {"$exists": False}}
-    before = await count(run, BLOBS, missing) + await count(run, WRITES, missing)
-    later = run.reopened()
-    with pytest.raises(SchemaUpgradeRequired) as raised:
-        await maybe_await(later.saver.setup(upgrade_limit=before - 1))
-    assert f"`mongo-ckpt upgrade --db {run.saver.db.name}`" in str(raised.value)
-    assert f"from version 1 to {SAVER_SETUP_VERSION}" in str(raised.value)
-    # Nothing was changed, and the version is still unrecorded.
-    assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == before
-    assert await schema_doc(run.saver, saver_key("checkpoints")) is None
-    # What the command runs: the same upgrade without a limit.
-    await maybe_await(later.saver.setup(upgrade_limit=None))
-    assert await count(run, BLOBS, missing) + await count(run, WRITES, missing) == 0
-    assert contents(await chat(later, "three"))[-1] == ("ai", "#5: three")
 
 
 async def check_newer_layout_is_refused(run: Api) -> None:
@@ -141,91 +92,6 @@ async def check_newer_layout_is_refused(run: Api) -> None:
     assert doc["version"] == SAVER_SCHEMA_VERSION + 1
 
 
-async def check_layout_3_keeps_whole_values_until_the_upgrade_step(
-    run: Api, monkeypatch: Any
-) -> None:
-    key = saver_key("checkpoints")
-    await set_version(run.saver, key, 3)  # as the previous release records it
-    running = run.reopened()
-    await running.setup()
-    off = run.reopened(list_deltas=False)
-    assert (await schema_doc(run.saver, key))["version"] == 3
-    await chat(running, "one", "two", "three")
-    deltas = {"base": {"$exists": True}}
-    assert await count(run, BLOBS, deltas) == 0
-    await run.reopened().upgrade()
-    assert (await schema_doc(run.saver, key))["version"] == SAVER_SCHEMA_VERSION
-    # Within the minute the running saver neither reads the version again nor writes deltas.
-    calls = count_calls(running.saver.collections)
-    await chat(running, "four")
-    assert calls[("schema", "find_one")] == 0
-    assert await count(run, BLOBS, deltas) == 0
-    # A minute on, it reads the version once and writes deltas from then on.
-    real = time.monotonic
-    monkeypatch.setattr(schema, "monotonic", lambda: real() + 61)
-    await chat(running, "five", "six")
-    assert calls[("schema", "find_one")] == 1
-    written = await count(run, BLOBS, deltas)
-    assert written > 0
-    monkeypatch.setattr(schema, "monotonic", lambda: real() + 3600)
-    messages = await chat(running, "seven")
-    assert calls[("schema", "find_one")] == 1
-    assert len(messages) == 14 and contents(messages)[-1] == ("ai", "#13: seven")
-    # list_deltas=False: never deltas, and no reads of the version for them.
-    off_calls = count_calls(off.saver.collections)
-    before = await count(run, BLOBS, deltas)
-    await chat(off, "eight")
-    assert off_calls[("schema", "find_one")] == 1  # its setup, on first use
-    assert await count(run, BLOBS, deltas) == before
-    assert len(await chat(run.reopened(), "nine")) == 18
-
-
-async def check_layout_4_keeps_its_documents_until_the_upgrade_step(
-    run: Api, monkeypatch: Any
-) -> None:
-    key = saver_key("checkpoints")
-    await set_version(run.saver, key, 4)  # as the previous release records it
-    running = run.reopened()
-    await running.setup()
-    assert (await schema_doc(run.saver, key))["version"] == 4
-    await chat(running, "one", "two")
-    slim = {"metadata_typed": {"$exists": False}}
-    # What version 4 reads: the metadata twice.
-    assert await count(run, CHECKPOINTS, slim) == 0
-    version_4 = await count(run, CHECKPOINTS, {})
-    await run.reopened().upgrade()
-    assert (await schema_doc(run.saver, key))["version"] == SAVER_SCHEMA_VERSION
-    # Within the minute the running saver still writes version 4 documents.
-    await chat(running, "three")
-    assert await count(run, CHECKPOINTS, slim) == 0
-    # A minute on, it reads the version again and writes slim documents: the metadata
-    # (plain BSON reads it back exactly) once.
-    real = time.monotonic
-    monkeypatch.setattr(schema, "monotonic", lambda: real() + 61)
-    await chat(running, "four")
-    assert await count(run, CHECKPOINTS, {"metadata_typed": {"$exists": True}}) == version_4 + 3
-    assert await count(run, CHECKPOINTS, slim) == 3
-    # Both layouts read back, whole history included.
-    messages = await chat(run.reopened(), "five")
-    assert len(messages) == 10 and contents(messages)[-1] == ("ai", "#9: five")
-    history = await run.history(run.compile(chat_builder()), thread("t"))
-    assert [len(s.values.get("messages", [])) for s in history] == [
-        n for turn in range(5, 0, -1) for n in (2 * turn, 2 * turn - 1, 2 * turn - 2)
-    ]
-
-
-async def test_layout_4_keeps_its_documents_until_the_upgrade_step(
-    api: Api, monkeypatch: Any
-) -> None:
-    await check_layout_4_keeps_its_documents_until_the_upgrade_step(api, monkeypatch)
-
-
-async def test_layout_3_keeps_whole_values_until_the_upgrade_step(
-    api: Api, monkeypatch: Any
-) -> None:
-    await check_layout_3_keeps_whole_values_until_the_upgrade_step(api, monkeypatch)
-
-
 async def test_setup_records_the_version(api: Api) -> None:
     await check_setup_records_the_version(api)
 
@@ -234,12 +100,33 @@ def test_read_version_reads_the_recorded_version(saver: MongoDBSaver) -> None:
     assert read_version(saver.db, saver_key("checkpoints")) == SAVER_SCHEMA_VERSION
 
 
-async def test_older_layout_is_upgraded_in_place(api: Api) -> None:
-    await check_older_layout_is_upgraded_in_place(api)
-
-
-async def test_too_big_upgrade_names_the_command(api: Api) -> None:
-    await check_too_big_upgrade_names_the_command(api)
+@pytest.mark.parametrize("recorded", [None, 1, SAVER_SCHEMA_VERSION - 1],
+                         ids=["unrecorded", "version 1", "the version before"])
+async def test_pre_release_data_is_refused_and_left_as_it_was(
+    api: Api, recorded: int | None
+) -> None:
+    """Data a development build wrote before the first release (a version below the
+    current one, or none): setup refuses it with ``SchemaUpgradeRequired`` naming what to
+    do, and writes nothing, not even the version."""
+    await chat(api, "one", "two")
+    key = saver_key("checkpoints")
+    await set_version(api.saver, key, recorded)
+    counts = {c: await count(api, c, {}) for c in (CHECKPOINTS, BLOBS, WRITES)}
+    later = api.reopened()
+    graph = later.compile(chat_builder())
+    with pytest.raises(SchemaUpgradeRequired) as raised:
+        await later.invoke(graph, {"messages": [HumanMessage("three")]}, thread("t"))
+    held = "no recorded layout version" if recorded is None else f"layout version {recorded}"
+    assert f"holds mongo-ckpt data with {held}, written by a development build" in str(
+        raised.value
+    )
+    assert f"reads layout version {SAVER_SCHEMA_VERSION} only" in str(raised.value)
+    with pytest.raises(SchemaUpgradeRequired):
+        await later.state(graph, thread("t"))
+    with pytest.raises(SchemaUpgradeRequired):
+        await later.upgrade()
+    assert {c: await count(api, c, {}) for c in counts} == counts
+    assert schema.version_of(await schema_doc(api.saver, key)) == recorded
 
 
 async def test_newer_layout_is_refused(api: Api) -> None:
@@ -297,39 +184,6 @@ def test_sync_store_refuses_newer_versions(make_store: Any) -> None:
         make_store().get(("users", "1"), "prefs")
 
 
-async def test_calls_beside_each_other_read_an_older_version_once(
-    aclient: Any, db_name: str, monkeypatch: Any
-) -> None:
-    """A saver on an older layout reads the version again once a minute passed, by one of
-    the calls running at that moment: the read is claimed before it is sent."""
-    now = [0.0]
-    monkeypatch.setattr(schema, "monotonic", lambda: now[0])
-    first = AsyncMongoDBSaver(aclient, db_name)
-    await first.setup()
-    await set_version(first, saver_key("checkpoints"), schema.SLIM_DOCUMENTS_VERSION)
-    saver = AsyncMongoDBSaver(aclient, db_name)
-    await saver.setup()
-    calls = count_calls(saver.collections)
-    config = thread("t")
-    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
-    assert calls[("schema", "find_one")] == 0
-    now[0] += schema.LAYOUT_RECHECK_SECONDS
-    assert saver.memory.recheck_due() and not saver.memory.recheck_due()  # claimed
-    now[0] += schema.LAYOUT_RECHECK_SECONDS
-    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
-    assert calls[("schema", "find_one")] == 1
-    assert not saver.memory.compression_allowed
-    await first.upgrade()
-    now[0] += schema.LAYOUT_RECHECK_SECONDS
-    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
-    assert calls[("schema", "find_one")] == 2
-    assert saver.memory.compression_allowed
-    now[0] += schema.LAYOUT_RECHECK_SECONDS
-    await asyncio.gather(*(saver.aget_tuple(config) for _ in range(8)))
-    assert calls[("schema", "find_one")] == 2  # at the current version: never again
-    await maybe_await(aclient.drop_database(db_name))
-
-
 def _recorded_meanwhile(monkeypatch: Any, owner: type, step: str, db: Any, key: str,
                         version: int) -> None:
     """Another process records ``version`` of ``key`` while ``owner``'s setup runs
@@ -350,26 +204,17 @@ def _recorded_meanwhile(monkeypatch: Any, owner: type, step: str, db: Any, key: 
 def test_a_saver_on_new_collections_keeps_the_version_recorded_first(
     client: Any, db_name: str, monkeypatch: Any, other: int
 ) -> None:
-    """A process of another release sets up the same new database at the same moment and
-    records its version first: this saver writes what that version reads (raised to the
-    setup version, as for older data; a newer one is refused) and does not raise it to the
-    current one."""
+    """A process of another build sets up the same new database at the same moment and
+    records its version first: this saver keeps that version and refuses it (an older one
+    as a pre-release layout, a newer one as too new) instead of raising it to its own."""
     key = saver_key("checkpoints")
     _recorded_meanwhile(monkeypatch, CheckpointOperations, "create_indexes", client[db_name],
                         key, other)
     saver = MongoDBSaver(client, db_name)
-    expected = max(other, schema.SAVER_SETUP_VERSION)
-    if other > SAVER_SCHEMA_VERSION:
-        with pytest.raises(SchemaTooNewError, match=f"layout version {other}"):
-            saver.setup()
-    else:
+    refusal = SchemaTooNewError if other > SAVER_SCHEMA_VERSION else SchemaUpgradeRequired
+    with pytest.raises(refusal, match=f"layout version {other}"):
         saver.setup()
-        allowed = (saver.memory.slim_allowed, saver.memory.compression_allowed)
-        assert allowed == (expected >= schema.SLIM_DOCUMENTS_VERSION, False)
-        graph = chat_builder().compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
-        assert len(graph.get_state(thread("t")).values["messages"]) == 2
-    assert read_version(client[db_name], key) == expected
+    assert read_version(client[db_name], key) == other
     client.drop_database(db_name)
 
 
@@ -424,48 +269,21 @@ def test_processes_setting_up_new_collections_at_once_agree(db_name: str) -> Non
             client.close()
 
 
-def test_a_saver_never_lowers_the_layout_it_writes(saver: MongoDBSaver) -> None:
-    """A version read again answered late (read before an upgrade this saver ran, or the
-    document since gone) never turns off what a higher version read before allows; a
-    setup takes the version it reads as found (a database restored, or recreated by an
-    earlier release)."""
-    key = saver_key("checkpoints")
-    versions = saver.db[SCHEMA_COLLECTION]
-    saver.upgrade()
-    assert saver.memory.compression_allowed
-    for late in (schema.SLIM_DOCUMENTS_VERSION, None):
-        if late is None:
-            versions.delete_one({"_id": key})
-        else:
-            versions.update_one({"_id": key}, {"$set": {"version": late}})
-        saver._run(saver.ops.recheck_layout(saver.db.name))
-        assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, True)
-    versions.insert_one({"_id": key, "version": schema.SLIM_DOCUMENTS_VERSION})
-    saver.setup()
-    assert (saver.memory.slim_allowed, saver.memory.compression_allowed) == (True, False)
-
-
 def test_a_newer_version_read_again_is_refused_by_every_call(
-    make_store: Any, saver: MongoDBSaver, monkeypatch: Any
+    make_store: Any, monkeypatch: Any
 ) -> None:
-    """A saver and a store on an older layout read the version again once due; when a
-    newer release recorded its version meanwhile, that call and every later one raise
+    """A store on an older layout reads the version again once due; when a newer release
+    recorded its version meanwhile, that call and every later one raise
     ``SchemaTooNewError``, as a setup would, not only one call a minute."""
     now = [0.0]
     monkeypatch.setattr(schema, "monotonic", lambda: now[0])
-    saver_version = {"_id": saver_key("checkpoints")}
-    saver.db[SCHEMA_COLLECTION].update_one(saver_version, {"$set": {"version": 5}})
-    saver.setup()
     store = make_store()
     store.put(("a",), "k", {"v": 1})
     store_version = {"_id": store_key("store")}
     store.db[SCHEMA_COLLECTION].update_one(store_version, {"$set": {"version": 4}})
     store.setup()
-    for version in (saver_version, store_version):
-        store.db[SCHEMA_COLLECTION].update_one(version, {"$set": {"version": 99}})
+    store.db[SCHEMA_COLLECTION].update_one(store_version, {"$set": {"version": 99}})
     now[0] += schema.LAYOUT_RECHECK_SECONDS
     for _ in range(3):
-        with pytest.raises(SchemaTooNewError, match="layout version 99"):
-            saver.get_tuple(thread("t"))
         with pytest.raises(SchemaTooNewError, match="layout version 99"):
             store.get(("a",), "k")

@@ -13,12 +13,7 @@ from mongo_ckpt.cli.options import (
 )
 from mongo_ckpt.cli.output import DONE, ERROR, console, emit_json, table
 from mongo_ckpt.layout import CHECKPOINTS
-from mongo_ckpt.schema import (
-    SAVER_SCHEMA_VERSION,
-    SAVER_SETUP_VERSION,
-    saver_key,
-    upgrade_command,
-)
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key
 
 PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
@@ -29,10 +24,7 @@ def schema_status(session: Session) -> health.Finding:
     saver = session.saver
     found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
     has_data = session.run(inspection.counts())[CHECKPOINTS] > 0
-    upgrade = upgrade_command(saver.db.name, saver.layout)
-    return health.schema_version(
-        found, SAVER_SCHEMA_VERSION, has_data, upgrade, SAVER_SETUP_VERSION
-    )
+    return health.schema_version(found, SAVER_SCHEMA_VERSION, has_data)
 
 
 def findings(session: Session) -> list[health.Finding]:

@@ -278,12 +278,10 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 @click.command(
     short_help="upgrade the checkpoint collections (or a store's) to the current layout version",
     help=(
-        "Bring the checkpoint collections to the layout version of this mongo-ckpt, however "
-        "many documents that rewrites (setup() refuses upgrades over 10,000 documents and "
-        "names this command), and record that every writer reads list deltas, slim "
-        "checkpoint documents and compressed values: savers of this release write them "
-        "from then on (within a minute, without a restart), and releases before them refuse "
-        "the database. With --store, the store collection instead: record that every "
+        "Set the checkpoint collections up and record the layout version of this "
+        "mongo-ckpt. They have one layout: a database this release set up is at it "
+        "already, and data of a pre-release layout is refused, nothing written. With "
+        "--store, the store collection instead: record that every "
         "writer claims registry entries before settling them, folds batch documents and "
         "keeps an entry's expires_at its listed_until, so puts into a namespace leave its "
         "entry unwritten when it needs no change, batches into many namespaces send one "
@@ -307,7 +305,10 @@ def upgrade(target: Target, store_collection: str | None) -> int:
     key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
         before = read_version(client[target.db], key)
-        saver_on(client, target).upgrade()
+        try:
+            saver_on(client, target).upgrade()
+        except MongoCkptError as exc:  # a pre-release or newer layout, the official one
+            raise click.ClickException(str(exc)) from None
         after = read_version(client[target.db], key)
     if target.json:
         emit_json(target.db, {"before": before, "after": after})
