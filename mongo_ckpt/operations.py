@@ -818,7 +818,12 @@ def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[s
 
 def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:
     source = doc["thread_id"]
-    doc = {k: v for k, v in doc.items() if k != "_id"} | {"thread_id": target}
+    # A mark is the source's maintenance's (set on a value or write a checkpoint being
+    # deleted names, maybe lifted again later): copied, it would let any maintenance call
+    # delete the copy before the checkpoints naming it are copied. What the copy wrote
+    # for checkpoints it missed alone, it marks itself.
+    doc = {k: v for k, v in doc.items() if k not in ("_id", maintenance.DOOMED)}
+    doc["thread_id"] = target
     key = {f: doc.get(f) for f in _KEY_FIELDS[collection]}
     if collection == CHECKPOINTS:
         # A tombstone belongs to the source's maintenance, and the copy is the target's

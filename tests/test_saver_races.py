@@ -395,3 +395,62 @@ def test_checkpoint_whose_values_are_gone_still_raises(saver: MongoDBSaver) -> N
         saver.get_tuple(stored)
     with pytest.raises(MissingValueError):
         list(saver.list(generate_config("t")))
+
+
+def test_copy_carries_no_marks_a_confirmed_checkpoint_is_about_to_lose(
+    saver: MongoDBSaver,
+) -> None:
+    """``delete_for_runs`` finds the child pending while its parent is doomed (its put's
+    probe passed before the tombstone, its confirmation is still on its way): it marks the
+    base value the two share, and lifts the mark once it sees the child confirmed. A
+    ``copy_thread`` meanwhile copies that value with the mark; another maintenance call
+    deletes marked values no checkpoint of their thread names, and the target has none
+    until the copy's last step. The copy must not carry the source's marks, or its child
+    names a base that is gone."""
+    parent = saver.put(
+        generate_config("t"),
+        generate_checkpoint(channel_values={"log": ["a", "b"]}, channel_versions={"log": "1"}),
+        {"run_id": "r1"},
+        {"log": "1"},
+    )
+    child = saver.put(
+        parent,
+        generate_checkpoint(channel_values={"log": ["a", "b", "c"]}, channel_versions={"log": "2"}),
+        {"run_id": "r2"},
+        {"log": "2"},
+    )
+    base = {"thread_id": "t", "channel": "log", "version": "1"}
+    assert saver.collections[BLOBS].find_one({**base, "part": 0}) is not None
+    assert saver.collections[BLOBS].find_one({"thread_id": "t", "version": "2"})["base"] == "1"
+    child_key = {"thread_id": "t", "checkpoint_ns": "", **child["configurable"]}
+    raw = saver.collections[CHECKPOINTS]
+    raw.update_one(child_key, {"$set": {"pending": True}})  # its confirmation is on its way
+    maintainer, copier, third = (MongoDBSaver(saver.client, saver.db.name) for _ in range(3))
+    steps: list[str] = []
+
+    def other_maintenance_between_values_and_checkpoints() -> None:
+        if steps == ["copying"] and saver.collections[BLOBS].count_documents({"thread_id": "c"}):
+            steps.append("values copied")
+            raw.update_one(child_key, {"$unset": {"pending": ""}})  # the child's confirmation
+            third.prune(["elsewhere"], strategy="keep_latest")  # deletes marked, unneeded values
+
+    def copy_while_the_base_is_marked() -> None:
+        if not steps and saver.collections[BLOBS].count_documents({**base, "doomed": True}):
+            steps.append("copying")
+            hook = Interleave(copier.collections, other_maintenance_between_values_and_checkpoints)
+            try:
+                copier.copy_thread("t", "c")
+            finally:
+                hook.restore()
+
+    hook = Interleave(maintainer.collections, copy_while_the_base_is_marked)
+    try:
+        maintainer.delete_for_runs(["r1"])
+    finally:
+        hook.restore()
+    assert steps == ["copying", "values copied"]
+    assert not saver.collections[BLOBS].count_documents({**base, "doomed": True})
+    copied = list(saver.list(generate_config("c")))
+    assert [item.checkpoint["channel_values"] for item in copied][0] == {"log": ["a", "b", "c"]}
+    found = saver.get_tuple({"configurable": {**child["configurable"], "thread_id": "c"}})
+    assert found is not None and found.checkpoint["channel_values"] == {"log": ["a", "b", "c"]}
