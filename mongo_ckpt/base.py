@@ -245,10 +245,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             self._start_background(sweep, "sweep of expired threads", SpanInfo("sweep_expired"))
 
     def _setup_once(self) -> Operation[None]:
-        """The layout version check (with indexes and upgrades), unless done already; while
-        the database does not allow list deltas yet, the version is read again at most once
-        a minute, so an upgrade run elsewhere takes effect without a restart. The first
-        setup also decides whether puts use the client-level bulk write (once per saver)."""
+        """The layout version check (with indexes on new collections), unless done
+        already. The first setup also decides whether puts use the client-level bulk write
+        (once per saver)."""
         if not self._is_setup:
             if not self._client_bulk_decided:
                 if (yield from client_bulk.decide(self.client, self.client_bulk_write)):
@@ -259,8 +258,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 self._client_bulk_decided = True
             yield from self.ops.setup(self.db.name)
             self._is_setup = True
-        elif self.memory.recheck_due():
-            yield from self.ops.recheck_layout(self.db.name)
 
     def _require_ttl(self) -> float:
         if self.ttl is None:

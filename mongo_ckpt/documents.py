@@ -89,8 +89,8 @@ def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
     return {"type": type_, "data": Binary(data)}
 
 
-# Fields a slim checkpoint document (layout version 5) holds only when set
-# (``checkpoint_update`` unsets them otherwise, so a rewrite never keeps an earlier attempt's).
+# Fields a checkpoint document holds only when set (``checkpoint_update`` unsets them
+# otherwise, so a rewrite never keeps an earlier attempt's).
 OPTIONAL_FIELDS = ("metadata_typed", "run_id", "replay")
 
 
@@ -121,24 +121,20 @@ def checkpoint_document(
     serde: SerializerProtocol,
     filterable_keys: Collection[str] | None,
     chains: Mapping[str, Sequence[Any]] | None = None,
-    *,
-    slim: bool = False,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` document: everything but the channel values.
+    """The ``checkpoints`` document: everything but the channel values. Slim: the
+    serialized metadata only when the plain copy does not read back exactly,
+    ``OPTIONAL_FIELDS`` only when set, the serialized checkpoint without its id (the
+    document's ``checkpoint_id``).
 
     ``chains`` gives, per channel, the versions its value is rebuilt from (list deltas'
     bases first, the value's own version last); by default each value's own version.
-
-    ``slim``: the document of layout version 5: the serialized metadata only when the plain
-    copy does not read back exactly, ``OPTIONAL_FIELDS`` only when set, the
-    serialized checkpoint without its id (the document's ``checkpoint_id``). Otherwise
-    the document of version 4.
     """
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
     if chains is None:
         chains = {ch: [versions[ch]] for ch in values if ch in versions}
-    left_out = ("channel_values", "id") if slim else ("channel_values",)
+    left_out = ("channel_values", "id")
     plain = plain_metadata(metadata, filterable_keys)
     doc: dict[str, Any] = {
         **key,
@@ -158,8 +154,6 @@ def checkpoint_document(
             if ch in versions and ch not in values
         ],
     }
-    if not slim:
-        return doc
     if _reads_back(plain, stored_metadata(serde, doc)):
         del doc["metadata_typed"]
     # An optional field is left out when unset: no run id, nothing to replay ("" is a run id).

@@ -21,7 +21,6 @@
   thread and namespace (``CACHED_CHECKPOINTS`` of them) the newest checkpoint a read of the
   latest found, so an instance that only reads (one polling ``get_state``) expects it
   next time as a writer expects the one it wrote.
-- Whether the database's recorded layout allows list deltas, and when to read it again.
 
 One lock guards it all (LangGraph calls a sync saver from several threads, an async one
 from several tasks; nothing yields while holding it), one eviction (least recently used
@@ -40,12 +39,6 @@ from typing import Any, Generic, TypeVar
 
 from mongo_ckpt.delta import RangeRead
 from mongo_ckpt.listdelta import Chain, Plan, ReadChain, chains_of
-from mongo_ckpt.schema import (
-    COMPRESSED_VALUES_VERSION,
-    LIST_DELTAS_VERSION,
-    SLIM_DOCUMENTS_VERSION,
-    LayoutRecheck,
-)
 from mongo_ckpt.snapshot_distance import supersteps_since_snapshot, walk_depth
 
 # Bytes of element digests and of chains read (and per-link bookkeeping) one saver
@@ -151,7 +144,7 @@ class _Seeds:
 
 class CheckpointMemory:
     """Per saver instance: the checkpoints it has seen, the chains it wrote last and
-    read, and whether list deltas are allowed (see the module's docstring)."""
+    read, and whether it writes list deltas (see the module's docstring)."""
 
     def __init__(
         self,
@@ -160,15 +153,6 @@ class CheckpointMemory:
         checkpoints: int = CACHED_CHECKPOINTS,
     ) -> None:
         self.deltas_wanted = list_deltas
-        # Whether the database records that every writer reads deltas; unknown (no) until
-        # setup has read its layout version.
-        self.deltas_allowed = False
-        # Whether it records that every writer reads slim checkpoint documents (same).
-        self.slim_allowed = False
-        # Whether it records that every writer reads compressed values (same).
-        self.compression_allowed = False
-        self.recheck = LayoutRecheck()
-        self.layout = 0  # the recorded layout version noted last (``note_recorded``)
         self._lock = threading.Lock()
         # Keyed (thread, namespace) for the checkpoint written last, (thread, namespace,
         # checkpoint) for one read.
@@ -179,42 +163,6 @@ class CheckpointMemory:
             PREFETCHED_BYTES, lambda p: p.nbytes
         )
         self._latest: _Lru[tuple[str, str], str] = _Lru(checkpoints, lambda _: 1)
-
-    # -- the layout version ---------------------------------------------------------
-
-    @property
-    def deltas_enabled(self) -> bool:
-        """Whether new list values are written as deltas: wanted by the saver and allowed
-        by the database's recorded layout version."""
-        return self.deltas_wanted and self.deltas_allowed
-
-    def note_layout(self, allowed: bool, slim: bool = False, compressed: bool = False) -> None:
-        """The layout version was read: whether it allows deltas, slim documents and
-        compressed values."""
-        self.deltas_allowed, self.slim_allowed = allowed, slim
-        self.compression_allowed = compressed
-        self.recheck.read()
-
-    def note_recorded(self, recorded: int, *, exact: bool = False) -> None:
-        """The recorded layout version was read or recorded: what it lets this saver write.
-        Unless ``exact`` (a setup's read, taken as found), a version lower than one noted
-        before changes nothing: a recheck answered late, after this saver's ``upgrade``."""
-        with self._lock:
-            self.layout = recorded if exact else max(self.layout, recorded)
-            self.note_layout(
-                self.layout >= LIST_DELTAS_VERSION,
-                self.layout >= SLIM_DOCUMENTS_VERSION,
-                self.layout >= COMPRESSED_VALUES_VERSION,
-            )
-
-    def recheck_due(self) -> bool:
-        """Whether to read the layout version again, claiming the read: slim documents,
-        compressed values, or wanted deltas, are not yet allowed, and it was last read
-        ``LAYOUT_RECHECK_SECONDS`` ago (``schema.LayoutRecheck``)."""
-        waiting = not (self.slim_allowed and self.compression_allowed) or (
-            self.deltas_wanted and not self.deltas_allowed
-        )
-        return waiting and self.recheck.claim()
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -237,7 +185,7 @@ class CheckpointMemory:
         )
         with self._lock:
             self._seen.put(key, seen)
-            if not found or not self.deltas_enabled:
+            if not found or not self.deltas_wanted:
                 return
             head = self._heads.get(key[:2])
             if head is None or head.checkpoint_id != key[2]:

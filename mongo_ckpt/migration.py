@@ -311,7 +311,6 @@ def _convert_checkpoint(
         cp.parent_checkpoint_id,
         ops.serde,
         ops.filterable_keys,
-        slim=ops.memory.slim_allowed,
     )
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)

@@ -216,28 +216,18 @@ class CheckpointOperations:
             )
         if found < schema.SAVER_SCHEMA_VERSION:
             raise schema.pre_release(key, where, found)
-        self.memory.note_recorded(found, exact=True)
 
     def upgrade(self) -> Operation[None]:
-        """Record the current layout version (after ``setup``): every writer reads list
-        deltas, slim checkpoint documents and compressed values, so they are written from
-        now on."""
+        """Record the current layout version (after ``setup``, which refused any other)."""
         key = schema.saver_key(self.layout.checkpoints)
         yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
-        self.memory.note_recorded(schema.SAVER_SCHEMA_VERSION)
-
-    def recheck_layout(self, db_name: str) -> Operation[None]:
-        """Read the recorded layout version again: another process may have upgraded it."""
-        key = schema.saver_key(self.layout.checkpoints)
-        found = yield from self.memory.recheck.reread(key, self._where(db_name))
-        self.memory.note_recorded(found or 0)
 
     @property
     def compressing(self) -> bool:
-        """Whether large values are stored compressed: the recorded layout version allows it
-        and the serializer is not ``EncryptedSerializer`` (ciphertext does not compress, and
-        compressing before encrypting would let the stored size tell about the contents)."""
-        return self.memory.compression_allowed and plain_serde(self.serde) is self.serde
+        """Whether large values are stored compressed: not under ``EncryptedSerializer``
+        (ciphertext does not compress, and compressing before encrypting would let the
+        stored size tell about the contents)."""
+        return plain_serde(self.serde) is self.serde
 
     def create_indexes(self) -> Operation[None]:
         """Create the indexes ``layout.py`` defines; existing ones are left as they are."""
@@ -346,7 +336,7 @@ class CheckpointOperations:
         for a ``put`` on it (``list`` pages are not: no run continues from them unread)."""
         result = loaded.checkpoint_tuple(doc)
         found = None
-        if bases and self.memory.deltas_enabled:
+        if bases and self.memory.deltas_wanted:
             found = listdelta.read_chains(doc, loaded.blobs, result.checkpoint["channel_values"])
         self.memory.read(doc, result.metadata, found)
         return result
@@ -476,7 +466,7 @@ class CheckpointOperations:
         )
         plan = listdelta.plan(
             self.memory.usable((thread_id, checkpoint_ns, checkpoint_id), parent_id),
-            self.memory.deltas_enabled,
+            self.memory.deltas_wanted,
             values,
             versions,
             new_versions,
@@ -501,7 +491,6 @@ class CheckpointOperations:
             self.serde,
             self.filterable_keys,
             plan.chains,
-            slim=self.memory.slim_allowed,
         )
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         # 3. values: with the client-level bulk write, in one command with step 4

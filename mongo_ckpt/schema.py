@@ -57,12 +57,6 @@ from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.colle
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 
 SAVER_SCHEMA_VERSION = 6
-# The recorded saver version from which list deltas may be written.
-LIST_DELTAS_VERSION = 4
-# The recorded saver version from which slim checkpoint documents may be written.
-SLIM_DOCUMENTS_VERSION = 5
-# The recorded saver version from which values may be stored compressed.
-COMPRESSED_VALUES_VERSION = 6
 STORE_SCHEMA_VERSION = 5
 # The highest store version ``setup()`` raises existing data to by itself: a release that
 # reads version 2 settles registry entries without claiming them, which quiet puts need.
@@ -76,8 +70,8 @@ STORE_BATCH_DOCUMENTS_VERSION = 4
 # (its entries expire by ``expires_at``), which releases before it would not keep.
 STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
-# While the recorded version is below the current one, how often a saver or a store reads
-# it again, so an upgrade by another process takes effect without a restart.
+# While a store's recorded version is below the current one, how often it reads it again,
+# so an upgrade by another process takes effect without a restart.
 LAYOUT_RECHECK_SECONDS = 60.0
 
 
@@ -90,8 +84,8 @@ class SchemaUpgradeRequired(MongoCkptError, RuntimeError):
 
 
 class LayoutRecheck:
-    """When a saver or a store whose recorded layout version is older than the current one
-    reads it again: once ``LAYOUT_RECHECK_SECONDS`` passed since the last read, by one of
+    """When a store whose recorded layout version is older than the current one reads it
+    again: once ``LAYOUT_RECHECK_SECONDS`` passed since the last read, by one of
     the operations running at that moment (it claims the read before sending it)."""
 
     def __init__(self) -> None:

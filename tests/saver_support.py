@@ -29,6 +29,7 @@ from langgraph.types import StateSnapshot
 
 from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, WRITE_KEY, WRITES
+from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.reading import key_of
 from tests.backends import count_calls, maybe_await, total
 
@@ -280,3 +281,22 @@ async def refuses(api: Api, attempts: Iterable[Attempt], error: type, text: str)
         async with untouched(api):
             with pytest.raises(error, match=re.escape(text)):
                 await attempt()
+
+
+class _Uncompressed(CheckpointOperations):
+    __slots__ = ()
+    compressing = False
+
+
+def stop_compressing(saver: Any) -> None:
+    """``saver`` stores every value uncompressed from now on, as a saver under
+    ``EncryptedSerializer`` does beside plain ones (a rollout turning encryption on); no
+    other saver changes."""
+    cls = type(saver)
+
+    def ops(self: Any) -> CheckpointOperations:
+        made = cls.ops.fget(self)  # type: ignore[attr-defined]
+        made.__class__ = _Uncompressed
+        return made
+
+    saver.__class__ = type(f"Uncompressed{cls.__name__}", (cls,), {"ops": property(ops)})

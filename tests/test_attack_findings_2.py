@@ -1,24 +1,22 @@
-"""Adversarial review of slim checkpoint documents (layout version 5): each test
-reproduces one way they lost or misreported a value, and asserts what the contract
-(DESIGN.md §2) or ``InMemorySaver`` gives. Findings 1, 2, 5 and 6 came from values without
-data held in the checkpoint document (since removed: every value has a value document);
-3 and 4 from the optional fields and the metadata stored once."""
+"""Adversarial review of slim checkpoint documents: each test reproduces one way they lost
+or misreported a value, and asserts what the contract (DESIGN.md §2) or ``InMemorySaver``
+gives. Findings 2 and 5 came from values without data held in the checkpoint document
+(since removed: every value has a value document); 3 and 4 from the optional fields and
+the metadata stored once. (Findings 1 and 6, two instances writing the pre-release and the
+slim layout side by side, went with the pre-release layouts.)"""
 
 from __future__ import annotations
 
 import enum
-import operator
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
-from typing_extensions import TypedDict
 
 from mongo_ckpt import ConflictingValueError
 from mongo_ckpt.layout import CHECKPOINTS
-from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
+from tests.saver_support import BOTH_PUT_PATHS, Api
 
 pytestmark = BOTH_PUT_PATHS
 
@@ -56,36 +54,6 @@ async def _oracle_and(api: Api, puts: list[tuple[Api, Any, Any, Any]]) -> tuple[
     return got, expected
 
 
-# -- 1. rolling upgrade to slim documents: an instance not yet rechecked names a value
-#       document the slim writer never stored ------------------------------------------
-
-
-async def test_instance_not_yet_slim_names_an_inline_value(api: Api) -> None:
-    """Two instances of this release on one database at layout 4; one runs the upgrade step
-    (``saver.upgrade()``) and writes slim documents at once, the other learns of it only
-    at its next layout recheck (``LAYOUT_RECHECK_SECONDS``, 60 s). A ``None`` value (a
-    ``branch:to:*`` trigger) the slim instance held inline has no value document; the other
-    instance's put on that checkpoint keeps the unchanged channel, and, writing a layout-4
-    document, names its version as a stored value: the checkpoint it wrote is visible and
-    does not read back (``MissingValueError``), on every reader."""
-    upgraded, lagging = api, api.reopened()
-    await lagging.setup()
-    for side in (upgraded, lagging):
-        # As two instances that read layout 4 at their setup (as test_slim_documents does).
-        side.saver.memory.note_layout(True, False)
-    await upgraded.upgrade()
-    first = _checkpoint("1", {"branch:to:node": None, "n": 1}, {"branch:to:node": "1", "n": "1"})
-    second = _checkpoint("2", {"branch:to:node": None, "n": 2}, {"branch:to:node": "1", "n": "2"})
-    got, expected = await _oracle_and(
-        api,
-        [
-            (upgraded, _config("t"), first, {"branch:to:node": "1", "n": "1"}),
-            (lagging, _config("t", "1"), second, {"n": "2"}),
-        ],
-    )
-    assert got.checkpoint["channel_values"] == expected.checkpoint["channel_values"]
-
-
 # -- 2. slim documents: a retried put that gives a version another value is accepted when
 #       either value is None (held inline), and changes what reads back ----------------
 
@@ -113,48 +81,6 @@ async def test_retry_with_another_value_of_an_inline_channel_is_refused(
     assert after[CHECKPOINTS] == before[CHECKPOINTS]
     got = await api.get_tuple(_config("t", "1"))
     assert got.checkpoint["channel_values"]["ch"] == first
-
-
-# -- 1b. the same through a LangGraph graph -------------------------------------------
-
-
-class _State(TypedDict):
-    log: Annotated[list, operator.add]
-
-
-def _interrupted_graph() -> StateGraph:
-    builder = StateGraph(_State)
-    builder.add_node("a", lambda state: {"log": ["a"]})
-    builder.add_node("b", lambda state: {"log": ["b"]})
-    builder.add_edge(START, "a")
-    builder.add_edge("a", "b")
-    builder.add_edge("b", END)
-    return builder
-
-
-async def test_copy_of_an_interrupted_checkpoint_by_an_instance_not_yet_slim(api: Api) -> None:
-    """The same as a LangGraph graph: a run interrupted before node ``b`` leaves
-    ``branch:to:b = None`` held inline (written by the upgraded instance); the other
-    instance, before its recheck, forks the interrupted state (``update_state(...,
-    as_node="__copy__")``): the copy names ``branch:to:b``'s version as a value document,
-    and ``get_state`` of the thread then raises ``MissingValueError`` on both instances."""
-    upgraded, lagging = api, api.reopened()
-    await lagging.setup()
-    for side in (upgraded, lagging):
-        side.saver.memory.note_layout(True, False)
-    await upgraded.upgrade()
-    config = {"configurable": {"thread_id": "t"}}
-    reference = _interrupted_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["b"])
-    reference.invoke({"log": ["hi"]}, config)
-    reference.update_state(config, None, as_node="__copy__")
-    expected = reference.get_state(config)
-
-    first = upgraded.compile(_interrupted_graph(), interrupt_before=["b"])
-    await upgraded.invoke(first, {"log": ["hi"]}, config)
-    other = lagging.compile(_interrupted_graph(), interrupt_before=["b"])
-    await lagging.update(other, config, None, as_node="__copy__")
-    state = await upgraded.state(first, config)
-    assert (state.values, state.next) == (expected.values, expected.next)
 
 
 # -- 3. slim documents drop a falsy run_id ----------------------------------------------
@@ -221,23 +147,3 @@ async def test_a_none_value_without_a_version_is_not_read_back(api: Api) -> None
     expected = memory.get_tuple(_config("t")).checkpoint["channel_values"]
     stored = await api.put(_config("t"), checkpoint, {}, versions)
     assert (await api.get_tuple(stored)).checkpoint["channel_values"] == expected
-
-
-# -- 6. the same put retried by the upgraded instance leaves a value nothing names -----
-
-
-async def test_retry_by_the_upgraded_instance_leaves_no_unnamed_value(api: Api) -> None:
-    """During the same window as 1: the not-yet-slim instance stores a put whose ``None``
-    value gets a value document; its reply is lost and the upgraded instance retries the
-    same put. The slim rewrite holds the ``None`` inline and names no value document, so the
-    stored one is named by no checkpoint: ``prune`` keeps it (it deletes by the keys of the
-    checkpoints it deletes), only ``delete_thread`` removes it."""
-    upgraded, lagging = api, api.reopened()
-    await lagging.setup()
-    lagging.saver.memory.note_layout(True, False)  # read layout 4 at its setup
-    versions = {"b": "1", "n": "1"}
-    checkpoint = _checkpoint("1", {"b": None, "n": 1}, versions)
-    await lagging.put(_config("t"), checkpoint, {}, versions)
-    await upgraded.put(_config("t"), checkpoint, {}, versions)  # the same put, retried
-    await upgraded.prune(["t"], strategy="keep_latest")
-    await assert_no_orphans(api)

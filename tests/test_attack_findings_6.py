@@ -5,7 +5,7 @@ confirmation's unmark (``maintenance.unmark_after_late_confirmation``).
 What is attacked: special-channel writes (``WRITES_IDX_MAP``), which overwrite their head
 with ``$set``, written once compressed and once not (a smaller value, or another instance
 that does not compress yet); two attempts of one value with and without compression (a
-cut one and its retry, by instances that disagree on ``compression_allowed``), whose
+cut one and its retry, by instances that disagree on compressing), whose
 parts are keyed by different ``vid``s and may differ in number; the retried put adopting a
 compressed stored value (``_adopt_stored``/``same_value``) and list-delta chains continued
 across such instances; and the unmark after a late confirmation racing ``delete_thread``
@@ -38,7 +38,7 @@ from mongo_ckpt.payload import COMPRESS_FROM, ZLIB
 from tests.backends import maybe_await
 from tests.faults import Fault, Faults
 from tests.prose import prose
-from tests.saver_support import Api, assert_no_orphans
+from tests.saver_support import Api, assert_no_orphans, stop_compressing
 from tests.test_attack_findings_4 import step_until
 from tests.test_compressed_values import chat, human
 from tests.test_saver_fork_races import Stepper
@@ -50,11 +50,11 @@ CHUNK = 1024  # payload.CHUNK_SIZE in these tests: a value of a few KiB is in se
 
 
 async def not_compressing(api: Api) -> Api:
-    """Another saver on the same database that has not seen layout version 6 yet (it read
-    5 and rechecks within a minute: the window after ``mongo-ckpt upgrade``)."""
+    """Another saver on the same database that stores values uncompressed (as one under
+    ``EncryptedSerializer`` does, during a rollout that turns encryption on)."""
     other = api.reopened()
-    await other.get_tuple(generate_config("nothing"))  # setup reads the layout version
-    other.saver.memory.note_layout(True, True, False)  # as recorded by version 5
+    await other.setup()
+    stop_compressing(other.saver)
     assert not other.saver.ops.compressing
     return other
 

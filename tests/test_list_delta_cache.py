@@ -20,10 +20,8 @@ PER_THREAD = THREAD_BYTES + MESSAGES * DIGEST_SIZE + 2 * LINK_BYTES  # after two
 
 
 def memory(cache_bytes: int | None = None) -> CheckpointMemory:
-    """A saver instance's memory on a database that allows list deltas."""
-    made = CheckpointMemory() if cache_bytes is None else CheckpointMemory(cache_bytes=cache_bytes)
-    made.note_layout(True)
-    return made
+    """A saver instance's memory."""
+    return CheckpointMemory() if cache_bytes is None else CheckpointMemory(cache_bytes=cache_bytes)
 
 
 def put(deltas: CheckpointMemory, thread: str, step: int, size: int) -> Plan:
@@ -33,7 +31,7 @@ def put(deltas: CheckpointMemory, thread: str, step: int, size: int) -> Plan:
     version = f"{step + 1:08}"
     parent = f"c{step - 1}" if step else None
     key = (thread, "", f"c{step}")
-    usable, enabled = deltas.usable(key, parent), deltas.deltas_enabled
+    usable, enabled = deltas.usable(key, parent), deltas.deltas_wanted
     made = plan(usable, enabled, {"m": value}, {"m": version}, {"m": version}, SERDE, None)
     deltas.wrote(key, made)
     return made

@@ -68,6 +68,7 @@ from tests.clock_skew import skewed_client_clock
 from tests.faults import CutFaults, Fault
 from tests.model_runs import run_model
 from tests.prose import prose
+from tests.saver_support import stop_compressing
 
 THREADS = ("t0", "t1", "t2")
 # What one test's runs checked: states (one after every rule) and checkpoints compared.
@@ -262,12 +263,11 @@ class SaverModel(RuleBasedStateMachine):
                      {"configurable": {"thread_id": thread}})
 
     @rule()
-    def instance_not_compressing_yet(self) -> None:
-        """The running instance read the layout version before the upgrade step recorded
-        version 6 (the minute before its next read): it stores values uncompressed beside
-        the other instance, which compresses."""
-        self.steps.append("instance not compressing yet")
-        self.saver.memory.note_layout(True, True, False)
+    def instance_not_compressing(self) -> None:
+        """The running instance stores values uncompressed from now on (as one under
+        ``EncryptedSerializer`` does) beside the other instance, which compresses."""
+        self.steps.append("instance not compressing")
+        stop_compressing(self.saver)
 
     @precondition(lambda self: self.saver.uses_client_bulk_write)
     @rule(thread=st.sampled_from(THREADS))

@@ -258,7 +258,7 @@ def test_processes_setting_up_new_collections_at_once_agree(db_name: str) -> Non
                 barrier.wait()
                 saver.setup()
                 store.setup()
-                return saver.memory.layout, store.ops.layout
+                return read_version(client[name], saver_key("checkpoints")), store.ops.layout
 
             with ThreadPoolExecutor(len(clients)) as pool:
                 layouts = list(pool.map(set_up, clients))

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-import bson
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
@@ -195,21 +194,3 @@ async def test_delta_channel_history_through_slim_documents(api: Api) -> None:
     expected = list(reference.get_state_history(config))
     assert [s.values for s in history] == [s.values for s in expected]
     assert [s.next for s in history] == [s.next for s in expected]
-
-
-async def test_a_slim_document_is_smaller(api: Api) -> None:
-    """The same checkpoint on a database still at layout version 4 and on version 5."""
-    old = api.reopened(db_name=f"{api.saver.db.name}_v4")
-    try:
-        await old.setup()
-        old.saver.memory.note_layout(True, False)  # as a database at version 4
-        sizes = {}
-        for side in (old, api):
-            config = await _put(side, "t", VALUES, source="loop", step=1, parents={})
-            sizes[side is api] = len(bson.encode(await _document(side, config)))
-            loaded = await side.get_tuple(config)
-            assert loaded.checkpoint["channel_values"] == VALUES
-            assert loaded.metadata == {"source": "loop", "step": 1, "parents": {}}
-        assert sizes[True] < sizes[False] - 100
-    finally:
-        await old.drop_database()
