@@ -17,16 +17,18 @@ below it or not recorded at all (``SchemaUpgradeRequired``, nothing written). Ve
 what it deletes), list deltas (``listdelta.py``), slim checkpoint documents
 (``documents.checkpoint_document``) and compressed values (``payload.split``).
 
-The store's setup still takes existing data up to ``STORE_SETUP_VERSION`` by itself, and
-the later versions by the upgrade step (``store.upgrade()``, ``mongo-ckpt upgrade
+The store reads versions 2 to 5. Its ``setup()`` records 5 on new collections (as the
+saver does), refuses items without a recorded version or at version 1 (pre-release,
+``SchemaUpgradeRequired``), and takes a collection at 2, 3 or 4 as found; the later
+versions are recorded by the upgrade step (``store.upgrade()``, ``mongo-ckpt upgrade
 --store``), run once every process runs a release that reads them; until then the store
 writes what the recorded version reads. Once it is recorded, earlier releases refuse the
 data at setup (``SchemaTooNewError``).
 
 Store versions:
-  1. One document per item.
-  2. The namespace registry beside the items (``store/registry.py``); upgrading builds it
-     from the items. A reader of version 1 would write items without their entries.
+  1. One document per item (a development build's; refused).
+  2. The namespace registry beside the items (``store/registry.py``). A reader of version 1
+     would write items without their entries.
   3. Quiet puts: a put leaves a registry entry that needs no change as it was, its
      ``version`` moving only when a listing has claimed it. No data changes, but a release
      reading version 2 settles entries without claiming them and could then write an
@@ -58,8 +60,9 @@ from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 
 SAVER_SCHEMA_VERSION = 6
 STORE_SCHEMA_VERSION = 5
-# The highest store version ``setup()`` raises existing data to by itself: a release that
-# reads version 2 settles registry entries without claiming them, which quiet puts need.
+# The oldest store version this release reads; a collection at it (or 3, or 4) stays there
+# until ``store.upgrade()``: a release that reads version 2 settles registry entries without
+# claiming them, which quiet puts need.
 STORE_SETUP_VERSION = 2
 # The recorded store version from which a put may leave an unclaimed entry as it was.
 STORE_QUIET_PUTS_VERSION = 3
@@ -70,6 +73,8 @@ STORE_BATCH_DOCUMENTS_VERSION = 4
 # (its entries expire by ``expires_at``), which releases before it would not keep.
 STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
+# The oldest version each reads: below it, data of a pre-release layout (refused).
+OLDEST_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SETUP_VERSION}
 # While a store's recorded version is below the current one, how often it reads it again,
 # so an upgrade by another process takes effect without a restart.
 LAYOUT_RECHECK_SECONDS = 60.0
@@ -154,11 +159,12 @@ def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequire
     """The refusal of data that a development build wrote before the first release (a
     layout version below the current one, or none recorded): this release reads its own."""
     held = "no recorded layout version" if found is None else f"layout version {found}"
+    oldest, current = OLDEST_VERSION[_kind(key)], SCHEMA_VERSION[_kind(key)]
+    reads = f"version {current} only" if oldest == current else f"versions {oldest} to {current}"
     return SchemaUpgradeRequired(
         f"{where} holds mongo-ckpt data with {held}, written by a development build before "
-        f"the first release; mongo-ckpt {library_version()} reads layout version "
-        f"{SCHEMA_VERSION[_kind(key)]} only: set up on a new database (or drop these "
-        "collections) and write the data again"
+        f"the first release; mongo-ckpt {library_version()} reads layout {reads}: set up on "
+        "a new database (or drop these collections) and write the data again"
     )
 
 

@@ -142,30 +142,29 @@ class StoreOperations:
     # -- setup ----------------------------------------------------------------
 
     def setup(self, db_name: str, collection_name: str) -> Operation[None]:
-        """The layout version check (one round trip when current; on new collections a
+        """The layout version check (one round trip when recorded; on new collections a
         look for another layout, refused with ``ForeignCollectionError``, then the indexes
-        and the version recorded: the current one on an empty collection, or the one another
-        process recorded since the read (``schema.record_first``), otherwise, and at least,
-        ``schema.STORE_SETUP_VERSION``) and, unless known already, the vector index where
-        Atlas has one."""
+        and the version recorded: the current one, or the one another process recorded
+        since the read, ``schema.record_first``) and, unless known already, the vector index
+        where Atlas has one. Items without a recorded version, or a version below
+        ``schema.STORE_SETUP_VERSION``, are a pre-release layout: ``SchemaUpgradeRequired``,
+        nothing written."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         found = yield from schema.read(key, where)
-        if found is None or found < schema.STORE_SETUP_VERSION:
-            stored = yield from self._refuse_foreign(db_name, collection_name)
-            empty = found is None and not stored
-            version = schema.STORE_SCHEMA_VERSION if empty else schema.STORE_SETUP_VERSION
-            yield from create_indexes(STORE, self._index_models(version))
+        if found is None:
+            if (yield from self._refuse_foreign(db_name, collection_name)):
+                raise schema.pre_release(key, where, None)
+            yield from create_indexes(STORE, self._index_models(schema.STORE_SCHEMA_VERSION))
             collections = {STORE: collection_name}
-            if empty:
-                found = yield from schema.record_first(key, collections, version, where)
-                if found < version:  # set up first by a release on an older layout
-                    yield from create_indexes(STORE, self._index_models(found))
-            if found is None or found < schema.STORE_SETUP_VERSION:
-                if found is not None:  # items of layout version 1: list their namespaces
-                    yield from self.build_registry()
-                found = schema.STORE_SETUP_VERSION
-                yield from schema.record(key, collections, found)
+            found = yield from schema.record_first(
+                key, collections, schema.STORE_SCHEMA_VERSION, where
+            )
+            if schema.STORE_SETUP_VERSION <= found < schema.STORE_SCHEMA_VERSION:
+                # Set up first by a release on an older layout: its indexes too.
+                yield from create_indexes(STORE, self._index_models(found))
+        if found < schema.STORE_SETUP_VERSION:
+            raise schema.pre_release(key, where, found)
         self._use_layout(found, exact=True)
         if self.index and self.vector_search is None:
             try:
@@ -238,24 +237,6 @@ class StoreOperations:
         if not (yield from aggregate(STORE, pipeline)):
             yield from create_search_index(STORE, search_index_model(self.index["dims"]))
         return True
-
-    def build_registry(self) -> Operation[None]:
-        """The namespace registry of the items already stored (upgrading layout version 1):
-        one entry per namespace with a live item."""
-        now = documents.utc_now()
-        found = yield from aggregate(STORE, registry.rebuild_pipeline())
-        requests = [
-            registry.put_request(
-                doc["namespace"],
-                [reading.utc(doc["until"])],
-                quiet=self.quiet,
-                on_items=self.on_items,
-            )
-            for doc in found
-            if reading.utc(doc["until"]) > now
-        ]
-        if requests:
-            yield from bulk_write(STORE, requests, ordered=False)
 
     def sweep_ttl(self) -> Operation[int]:
         """Delete expired items now, and the registry entries whose items all expired."""

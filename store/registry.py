@@ -68,7 +68,7 @@ from pymongo import ASCENDING, DeleteOne, IndexModel, InsertOne, UpdateMany, Upd
 
 from mongo_ckpt.store.documents import FOREVER
 from mongo_ckpt.store.namespaces import SEPARATOR, joined, match_clauses, prefixes
-from mongo_ckpt.store.reading import ONLY_ITEMS, all_of, utc
+from mongo_ckpt.store.reading import all_of, utc
 
 LISTED = "listed"
 LEVELS = "levels"
@@ -405,18 +405,3 @@ def upgrade_requests(*, recorded: bool) -> list[UpdateMany]:
 def joined_of(entry: str) -> str:
     """The joined namespace of the entry whose ``_id`` is ``entry``."""
     return entry[len(_ID_PREFIX) :]
-
-
-def rebuild_pipeline() -> list[dict[str, Any]]:
-    """Every namespace of the items with its latest expiry: the registry of a collection
-    written before it existed."""
-    return [
-        {"$match": ONLY_ITEMS},
-        {
-            "$group": {
-                "_id": "$ns",
-                "namespace": {"$first": "$namespace"},
-                "until": {"$max": {"$ifNull": ["$expires_at", _NEVER]}},
-            }
-        },
-    ]

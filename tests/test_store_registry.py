@@ -25,7 +25,7 @@ from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp
 from pymongo import DeleteOne, UpdateOne
 from pymongo.errors import BulkWriteError
 
-from mongo_ckpt import schema
+from mongo_ckpt import SchemaUpgradeRequired, schema
 from mongo_ckpt.calls import Call, Operation, aggregate, bulk_write, find
 from mongo_ckpt.drivers import execute
 from mongo_ckpt.layout import STORE
@@ -171,29 +171,29 @@ def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) ->
     assert _listed(store) == [NS]
 
 
-async def test_upgrade_from_layout_1_builds_the_registry(store_api: Any) -> None:
+@pytest.mark.parametrize("recorded", [None, 1], ids=["unrecorded", "version 1"])
+async def test_items_of_a_pre_release_layout_are_refused(
+    store_api: Any, recorded: int | None
+) -> None:
+    """Items without a registry (a development build's layout 1, recorded or not): setup
+    refuses them, writing nothing, where an earlier build rebuilt the registry."""
     await store_api.put(NS, "a", {"v": 1})
-    await store_api.put(("t",), "a", {"v": 1}, ttl=5)
     collection = store_api.store.collections["store"]
-    # As the previous release left it: no registry, layout version 1.
     await maybe_await(collection.delete_many({registry.LISTED: {"$exists": True}}))
-    key = schema.store_key(collection.name)
-    await maybe_await(
-        store_api.store.collections[schema.SCHEMA].update_one(
-            {"_id": key}, {"$set": {"version": 1}}
-        )
-    )
-    again = StoreApi(type(store_api.store)(store_api.store.client, store_api.store.db.name))
-    await again.setup()
-    assert await again.list_namespaces() == [("t",), NS]
     versions = store_api.store.collections[schema.SCHEMA]
-    # A release reading version 2 may still run: setup() goes no further by itself.
-    assert (await maybe_await(versions.find_one({"_id": key})))["version"] == 2
-    assert not again.store.ops.quiet
-    await again.upgrade()
-    recorded = await maybe_await(versions.find_one({"_id": key}))
-    assert recorded["version"] == schema.STORE_SCHEMA_VERSION
-    assert again.store.ops.quiet
+    key = {"_id": schema.store_key(collection.name)}
+    if recorded is None:
+        await maybe_await(versions.delete_one(key))
+    else:
+        await maybe_await(versions.update_one(key, {"$set": {"version": recorded}}))
+    before = await maybe_await(collection.count_documents({}))
+    again = StoreApi(type(store_api.store)(store_api.store.client, store_api.store.db.name))
+    with pytest.raises(SchemaUpgradeRequired, match="written by a development build"):
+        await again.setup()
+    with pytest.raises(SchemaUpgradeRequired, match="reads layout versions 2 to"):
+        await again.put(NS, "b", {"v": 2})
+    assert await maybe_await(collection.count_documents({})) == before
+    assert schema.version_of(await maybe_await(versions.find_one(key))) == recorded
 
 
 # -- races, step by step on mock -------------------------------------------------------
