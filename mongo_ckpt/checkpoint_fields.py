@@ -1,5 +1,5 @@
-"""How a checkpoint document's own fields read back, in either layout (4, or the slim
-documents of version 5 that ``documents.checkpoint_document`` writes)."""
+"""How a checkpoint document's own fields read back (``documents.checkpoint_document``
+leaves out what reads back exactly without them)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 
 def stored_checkpoint(serde: SerializerProtocol, doc: Mapping[str, Any]) -> Checkpoint:
-    """The checkpoint of checkpoint document ``doc`` (either layout), without its channel
-    values (the reader's to add)."""
+    """The checkpoint of checkpoint document ``doc``, without its channel values (the
+    reader's to add)."""
     checkpoint: Checkpoint = serde.loads_typed(_typed(doc["checkpoint"]))
     checkpoint.setdefault("id", doc["checkpoint_id"])  # a slim document keeps it once
     return checkpoint

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mongo_ckpt.layout import Layout, index_models
+from mongo_ckpt.official import migrate_command
 
 Status = Literal["ok", "warn", "fail"]
 SETUP_FIX = "run `mongo-ckpt doctor --fix` (it creates the indexes layout.py defines)"
@@ -122,9 +123,11 @@ def ttl(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Finding]:
     ]
 
 
-def schema_version(found: int | None, current: int, has_data: bool) -> Finding:
+def schema_version(
+    found: int | None, current: int, stored_by: str | None, db_name: str
+) -> Finding:
     """The layout version recorded for the saver (``found``) against the ``current`` one
-    this release reads."""
+    this release reads; ``stored_by``: who wrote the checkpoints (``inspection.stored_by``)."""
     check = "schema version"
     pre_release = (
         "a development build wrote it before the first release: set up on a new database "
@@ -142,8 +145,13 @@ def schema_version(found: int | None, current: int, has_data: bool) -> Finding:
             check, "fail", f"version {found}, a pre-release layout (current: {current})",
             pre_release,
         )
-    if not has_data:
+    if stored_by is None:
         return Finding(check, "ok", "not recorded yet: no data (setup() records it on first use)")
+    if stored_by == "official":
+        return Finding(
+            check, "fail", "langgraph-checkpoint-mongodb data, which mongo-ckpt does not read",
+            f"convert it into another database: `{migrate_command(db_name)}`",
+        )
     return Finding(
         check, "fail", f"not recorded: data of an earlier mongo-ckpt (current: {current})",
         pre_release,

@@ -281,6 +281,16 @@ def indexes() -> Operation[dict[str, dict[str, Document]]]:
     return result
 
 
+def stored_by() -> Operation[str | None]:
+    """Who wrote the ``checkpoints`` collection, from one of its documents: ``"official"``
+    (langgraph-checkpoint-mongodb: the checkpoint is serialized bytes, not a document),
+    ``"mongo-ckpt"``, or ``None`` when it holds none."""
+    sample = yield from find(CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1)
+    if not sample:
+        return None
+    return "mongo-ckpt" if isinstance(sample[0].get("checkpoint"), Mapping) else "official"
+
+
 def schema_version(key: str) -> Operation[int | None]:
     """The layout version recorded under ``key`` (``None``: not recorded)."""
     return version_of((yield from find_one(SCHEMA, {"_id": key})))

@@ -11,9 +11,7 @@ value) is based on version ``k & (k - 1)``, so reading version k touches
 O(log n) times. A delta's head records its ``k``, so an instance that read the chain
 continues it where the writer left off.
 
-Deltas are written only while the database records layout version 4 (``enabled``:
-wanted by the saver and allowed by the recorded version), so a process of a release
-before them never reads a tail as the whole list (``schema``, ``saver.upgrade``).
+Deltas are written unless the saver was made with ``list_deltas=False`` (``enabled``).
 
 Invariants that keep a base alive:
 
@@ -294,7 +292,7 @@ def plan(
 
     ``usable``: the chains the put's parent names that this instance knows the elements
     of (``memory.usable``: written in a row up to it, or read); ``enabled``: deltas
-    are wanted and allowed by the recorded layout; ``parent_chains``: the chains the parent
+    are wanted (``list_deltas``); ``parent_chains``: the chains the parent
     names (``None`` if unknown). An unchanged channel keeps its parent's chain.
     """
     result = Plan()

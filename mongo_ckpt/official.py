@@ -25,6 +25,12 @@ DEFAULT_WRITES = "checkpoint_writes"
 THREAD_ORDER = [("thread_id", 1), ("checkpoint_ns", 1), ("checkpoint_id", -1)]
 
 
+def migrate_command(db_name: str) -> str:
+    """The command that converts the official collections of ``db_name`` into a new
+    database."""
+    return f"mongo-ckpt migrate --from-official --source-db {db_name} --db <new database>"
+
+
 class OfficialFormatError(MongoCkptError, ValueError):
     """A document that is not in any layout of langgraph-checkpoint-mongodb."""
 

@@ -41,7 +41,7 @@ from pymongo import ReplaceOne, UpdateOne
 from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import listdelta, maintenance, schema
+from mongo_ckpt import inspection, listdelta, maintenance, schema
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -108,6 +108,7 @@ from mongo_ckpt.listdelta import (
 )
 from mongo_ckpt.maintenance import Deleted as Deleted  # the command line imports it here
 from mongo_ckpt.memory import CheckpointKey, CheckpointMemory
+from mongo_ckpt.official import migrate_command
 from mongo_ckpt.payload import stray_parts
 from mongo_ckpt.reading import (
     LATEST,
@@ -187,7 +188,7 @@ class CheckpointOperations:
     def setup(self, db_name: str) -> Operation[None]:
         """Check the recorded layout version: one round trip when it is this release's.
 
-        New, empty collections get their indexes and the current version (or the one
+        New collections (no checkpoints) get their indexes and the current version (or the one
         another process recorded since the read: ``schema.record_first``). Refused with
         ``SchemaUpgradeRequired``, nothing written: langgraph-checkpoint-mongodb's
         collections (``mongo-ckpt migrate`` converts them), and data of a pre-release
@@ -197,18 +198,15 @@ class CheckpointOperations:
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
         if found is None:
-            sample = yield from find(
-                CHECKPOINTS, {}, projection={"_id": 0, "checkpoint": 1}, limit=1
-            )
-            if sample and not isinstance(sample[0].get("checkpoint"), Mapping):
+            stored = yield from inspection.stored_by()
+            if stored == "official":
                 raise schema.SchemaUpgradeRequired(
                     f"collection {self.layout.checkpoints!r} of {where} holds "
                     "langgraph-checkpoint-mongodb documents, which mongo-ckpt does not read: "
-                    f"convert them into another database with `mongo-ckpt migrate "
-                    f"--from-official --source-db {db_name} --db <new database>` and point "
-                    "the saver at it"
+                    f"convert them into another database with `{migrate_command(db_name)}` "
+                    "and point the saver at it"
                 )
-            if sample:
+            if stored:
                 raise schema.pre_release(key, where, None)
             yield from self.create_indexes()
             found = yield from schema.record_first(

@@ -85,7 +85,8 @@ class SchemaTooNewError(MongoCkptError, RuntimeError):
 
 
 class SchemaUpgradeRequired(MongoCkptError, RuntimeError):
-    """The data needs an upgrade (or a migration) that ``setup()`` does not run itself."""
+    """The data is not in a layout this release reads: a pre-release one, or
+    langgraph-checkpoint-mongodb's (``mongo-ckpt migrate`` converts it)."""
 
 
 class LayoutRecheck:

@@ -176,3 +176,38 @@ def test_skipped_threads_are_listed_and_fail_the_command(client: Any, dbs: tuple
     assert report["migrated"]["threads"] == 3 and report["verified"]["mismatches"] == []
     usage = " ".join(invoke(client, "migrate", "--help").output.split())
     assert "3 when threads were skipped" in usage
+
+
+def test_doctor_names_the_migration_for_official_data_and_fixes_nothing_there(
+    client: Any, dbs: tuple[str, str]
+) -> None:
+    """``doctor`` on langgraph-checkpoint-mongodb's collections: a failure whose fix is the
+    migration (as setup says), and ``--fix`` creates no index there."""
+    source, _ = dbs
+    chat_threads(OfficialSaver(client, source), 1)
+    indexes = {name: client[source][name].index_information() for name in ("checkpoints",)}
+    report = invoke(client, "doctor", "--db", source, "--fix", "--json")
+    assert report.exit_code == 1, report.output
+    findings = json.loads(report.output)["findings"]
+    schema = next(f for f in findings if f["check"] == "schema version")
+    assert schema["status"] == "fail" and "langgraph-checkpoint-mongodb" in schema["detail"]
+    assert f"mongo-ckpt migrate --from-official --source-db {source}" in schema["fix"]
+    assert {name: client[source][name].index_information() for name in indexes} == indexes
+    assert "checkpoint_blobs" not in client[source].list_collection_names()
+
+
+def test_doctor_fix_creates_no_index_on_a_pre_release_layout(client: Any, db_name: str) -> None:
+    saver = MongoDBSaver(client, db_name)
+    chat_builder().compile(checkpointer=saver).invoke({"messages": [HumanMessage("hi")]},
+                                                      thread("t"))
+    client[db_name]["checkpoint_writes"].drop_index("join")
+    client[db_name][SCHEMA_COLLECTION].update_one({"_id": saver_key("checkpoints")},
+                                                  {"$set": {"version": 3}})
+    try:
+        report = invoke(client, "doctor", "--db", db_name, "--fix")
+        assert report.exit_code == 1
+        assert "join" not in client[db_name]["checkpoint_writes"].index_information()
+        after = invoke(client, "doctor", "--db", db_name)
+        assert "version 3, a pre-release layout" in after.output
+    finally:
+        client.drop_database(db_name)

@@ -12,7 +12,6 @@ from mongo_ckpt.cli.options import (
     target_options,
 )
 from mongo_ckpt.cli.output import DONE, ERROR, console, emit_json, table
-from mongo_ckpt.layout import CHECKPOINTS
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key
 
 PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
@@ -23,8 +22,8 @@ def schema_status(session: Session) -> health.Finding:
     """The saver's recorded layout version against the one this release reads."""
     saver = session.saver
     found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
-    has_data = session.run(inspection.counts())[CHECKPOINTS] > 0
-    return health.schema_version(found, SAVER_SCHEMA_VERSION, has_data)
+    stored_by = session.run(inspection.stored_by())
+    return health.schema_version(found, SAVER_SCHEMA_VERSION, stored_by, saver.db.name)
 
 
 def findings(session: Session) -> list[health.Finding]:
@@ -59,7 +58,8 @@ def doctor(target: Target, fix: bool, new_database: bool) -> None:
         raise click.UsageError("--new-database goes with --fix")
     hint = f" (or --new-database to create the indexes in {target.db!r})" if fix else ""
     with open_session(target, data_required=not new_database, hint=hint) as session:
-        if fix:
+        # Indexes only on data the saver reads (setup() refuses the rest, and so does this).
+        if fix and schema_status(session).status != "fail":
             session.run(session.saver.ops.create_indexes())
         result = findings(session)
     failed = any(f.status == "fail" for f in result)

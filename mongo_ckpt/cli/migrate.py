@@ -276,7 +276,7 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 
 
 @click.command(
-    short_help="upgrade the checkpoint collections (or a store's) to the current layout version",
+    short_help="record the current layout version (a store's: upgrade its data to it)",
     help=(
         "Set the checkpoint collections up and record the layout version of this "
         "mongo-ckpt. They have one layout: a database this release set up is at it "
