@@ -304,9 +304,7 @@ def write_requests(
         for fields in parts:
             part = fields.pop("part")
             fields.update(channel=channel, task_path=task_path, join=join)
-            update: dict[str, Any] = {"$set" if special and part == 0 else "$setOnInsert": fields}
-            if special and part == 0 and "compression" not in fields:
-                update["$unset"] = {"compression": ""}  # the head it replaces may be compressed
+            update = {"$set" if special and part == 0 else "$setOnInsert": fields}
             out.requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
         if special:
             stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": parts[0]["vid"]}}

@@ -9,9 +9,12 @@ joins a head only with the parts carrying the head's ``vid`` and checks the
 digest of the joined bytes: a value is read whole or not at all, never stitched
 from two attempts. Writers put the parts first and the head last.
 
-A payload of at least ``COMPRESS_FROM`` bytes may be stored compressed (layout version 6):
-the head says so (``compression``), and the digest is of the stored bytes, so two
-attempts storing one value with and without compression never share a part key.
+A payload of at least ``COMPRESS_FROM`` bytes may be stored compressed. Its type tag then
+names the encoding after the serializer's type (``msgpack+zlib``, as ``EncryptedSerializer``
+tags ciphertext ``msgpack+aes``), so a reader that does not know an encoding hands the tag
+to its serializer, which refuses it, instead of decoding the compressed bytes as the
+value. The digest is of the stored type and bytes, so two attempts storing one value with
+and without compression never share a part key.
 """
 
 from __future__ import annotations
@@ -24,17 +27,12 @@ from typing import Any
 
 from bson import Binary
 
-from mongo_ckpt.errors import MongoCkptError
-
 CHUNK_SIZE = 8 * 1024 * 1024
 COMPRESS_FROM = 2048
 """Smallest serialized value stored compressed (below it zlib's framing outweighs the gain)."""
-ZLIB = "zlib"
+ZLIB = "+zlib"
+"""The suffix of a compressed value's type tag."""
 _LEVEL = 1  # zlib's fastest: most of the gain on serialized messages, at a fraction of the CPU
-
-
-class UnknownCompressionError(MongoCkptError, ValueError):
-    """A stored value is compressed in a way this release does not read."""
 
 
 def digest(type_: str, data: bytes) -> str:
@@ -56,11 +54,10 @@ def split(
     this order never publish a head before the parts it names.
     """
     size = chunk_size or CHUNK_SIZE
-    compression = None
     if compress and len(data) >= COMPRESS_FROM:
         packed = zlib.compress(data, _LEVEL)
         if len(packed) < len(data):
-            data, compression = packed, ZLIB
+            type_, data = type_ + ZLIB, packed
     vid = digest(type_, data)
     parts = max(1, math.ceil(len(data) / size))
     for n in [*range(1, parts), 0]:
@@ -72,8 +69,6 @@ def split(
         if n == 0:
             fields["type"] = type_
             fields["parts"] = parts
-            if compression is not None:
-                fields["compression"] = compression
         yield fields
 
 
@@ -83,21 +78,16 @@ def may_span_parts(data: bytes) -> bool:
     return len(data) > CHUNK_SIZE
 
 
-def _stored(head: Mapping[str, Any], data: bytes) -> bytes | None:
-    """The serialized value from the joined stored bytes of a value whose head is ``head``;
-    ``None`` when they do not decompress (read as absent, as a failed digest is)."""
-    compression = head.get("compression")
-    if compression is None:
-        return data
-    if compression == ZLIB:
-        try:
-            return zlib.decompress(data)
-        except zlib.error:
-            return None
-    raise UnknownCompressionError(
-        f"value {head.get('vid')!r} is stored with compression {compression!r}, which this "
-        "release of mongo-ckpt does not read: upgrade mongo-ckpt"
-    )
+def _serialized(type_: str, data: bytes) -> tuple[str, bytes] | None:
+    """The serializer's ``(type, bytes)`` from a value's stored type tag and joined bytes;
+    ``None`` when compressed bytes do not decompress (read as absent, as a failed digest
+    is)."""
+    if not type_.endswith(ZLIB):
+        return type_, data
+    try:
+        return type_.removesuffix(ZLIB), zlib.decompress(data)
+    except zlib.error:
+        return None
 
 
 def _tail(doc: Mapping[str, Any]) -> tuple[Any, int] | None:
@@ -140,10 +130,9 @@ def join(
         data = b"".join([bytes(head["data"]), *(bytes(rest[p]) for p in range(1, parts))])
         if vid is not None and digest(head["type"], data) != vid:
             continue
-        serialized = _stored(head, data)
-        if serialized is None:
-            continue
-        out[key] = (head, (head["type"], serialized))
+        serialized = _serialized(head["type"], data)
+        if serialized is not None:
+            out[key] = (head, serialized)
     return out
 
 

@@ -3,19 +3,25 @@
 Each saver (keyed by its checkpoints collection) and each store (keyed by its
 collection) has one document in ``SCHEMA_COLLECTION`` of its database::
 
-    {"_id": "saver:checkpoints", "version": 6, "collections": {...}, "updated_at": ...}
+    {"_id": "saver:checkpoints", "version": 7, "collections": {...}, "updated_at": ...}
 
 ``setup()`` reads it first. At the current version nothing else runs (one round
 trip). A newer version raises ``SchemaTooNewError`` before any data is read or written.
 Versions only go up (``$max``).
 
-The saver reads and writes one layout, version 6 (the numbers below 6 were development
-builds before the first release). Its ``setup()`` records it on new, empty collections, only
-if no version was recorded since it read none (``record_first``), and refuses data recorded
-below it or not recorded at all (``SchemaUpgradeRequired``, nothing written). Version 6 is:
-``join`` keys on value and write documents, a sparse ``doomed`` index (maintenance marks
-what it deletes), list deltas (``listdelta.py``), slim checkpoint documents
-(``documents.checkpoint_document``) and compressed values (``payload.split``).
+The saver reads and writes one layout, version 7 (the numbers below it were development
+builds before the first release; 6 stored compressed values under the serializer's own
+type tag, which a reader that did not know compression decoded as garbage). Its
+``setup()`` records it on new, empty collections, only if no version was recorded since it
+read none (``record_first``), and refuses data recorded below it or not recorded at all
+(``SchemaUpgradeRequired``, nothing written). Version 7 is: ``join`` keys on value and
+write documents, a sparse ``doomed`` index (maintenance marks what it deletes), list
+deltas (``listdelta.py``), slim checkpoint documents (``documents.checkpoint_document``)
+and compressed values whose type tag names the compression (``payload.split``).
+
+The next layout follows the same rule: an encoding added to stored values is named in
+their type tag (``msgpack+zlib``), so a reader that does not know it fails loudly
+instead of misreading.
 
 The store reads versions 2 to 5. Its ``setup()`` records 5 on new collections (as the
 saver does), refuses items without a recorded version or at version 1 (pre-release,
@@ -58,7 +64,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 
-SAVER_SCHEMA_VERSION = 6
+SAVER_SCHEMA_VERSION = 7
 STORE_SCHEMA_VERSION = 5
 # The oldest store version this release reads; a collection at it (or 3, or 4) stays there
 # until ``store.upgrade()``: a release that reads version 2 settles registry entries without

@@ -1,5 +1,5 @@
 """Deterministic text that compresses about as poorly as prose: words of pseudo-random
-letters. Tests that weigh stored bytes use it, so that compressed values (layout version 6)
+letters. Tests that weigh stored bytes use it, so that compressed values
 gain on it what they gain on real messages, not what they gain on a repeated filler."""
 
 import random

@@ -341,7 +341,7 @@ def test_the_head_is_inserted_with_part_0_and_never_matches_a_stored_one(
 
 def test_a_multipart_head_over_the_client_bulk_write(wire_client: Any, db_name: str) -> None:
     saver = MongoDBSaver(wire_client, db_name)
-    # Several parts: pseudo-random bytes, which compression (layout version 6) cannot shrink.
+    # Several parts: pseudo-random bytes, which compression cannot shrink.
     big = random.Random(0).randbytes(17 * 1024 * 1024)
     first = put_one(saver, "t", big)
     assert saver.uses_client_bulk_write

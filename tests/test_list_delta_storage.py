@@ -196,7 +196,7 @@ def test_graph_state_reads_few_blob_documents(saver: MongoDBSaver) -> None:
 
 async def test_over_16_mib(api: Api) -> None:
     chain = Chain(api)
-    # Pseudo-random bytes: compression (layout version 6) leaves them over 16 MiB.
+    # Pseudo-random bytes: compression leaves them over 16 MiB.
     rng = random.Random(0)
     big = [rng.randbytes(6 * MB) for _ in range(3)]
     first = await chain.put(big)  # a whole value over 16 MiB, in parts

@@ -154,7 +154,7 @@ def test_delta_conversation_stores_fewer_bytes_than_official_delta(
     savers: dict[str, BaseCheckpointSaver],
 ) -> None:
     """The same ``DeltaChannel`` thread on both savers, snapshots included: the snapshots
-    are stored compressed (layout version 6), which outweighs the per-document overhead of
+    are stored compressed, which outweighs the per-document overhead of
     the separate value and write documents (200 turns: docs/benchmarks.md)."""
     turns, frequency = 20, 10
     for saver in savers.values():

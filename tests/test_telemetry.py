@@ -135,7 +135,7 @@ async def test_graph_run_spans(api: Api, tracing: Tracing, exporter: InMemorySpa
     ]
     assert search_bytes[0] < 1_000 < len(NOTE) < search_bytes[1] < len(NOTE) + 2_000
     # The graph's state holds the text too: the checkpoint of the second turn carries it,
-    # compressed (layout version 6), which leaves more than half of words like these.
+    # compressed, which leaves more than half of words like these.
     assert max(
         s.attributes["mongo_ckpt.bytes_written"] for s in named(exporter, "mongo_ckpt.put")
     ) > len(NOTE) // 2
@@ -170,7 +170,7 @@ def test_bytes_read_are_the_documents_returned(
     assert only(exporter, "mongo_ckpt.store.get").attributes["mongo_ckpt.bytes_read"] == (
         store_bytes.bytes
     )
-    # The checkpointer's copy is compressed (layout version 6), the store's is not.
+    # The checkpointer's copy is compressed, the store's is not.
     assert saver_bytes.bytes > len(NOTE) // 2 and store_bytes.bytes > len(NOTE)
 
 
