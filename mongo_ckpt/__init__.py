@@ -2,6 +2,7 @@
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.client_bulk import ClientBulkWriteUnavailable
+from mongo_ckpt.connection import UnacknowledgedWritesError
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
@@ -28,5 +29,6 @@ __all__ = [
     "SchemaUpgradeRequired",
     "StaleParentError",
     "ThreadExistsError",
+    "UnacknowledgedWritesError",
     "__version__",
 ]

@@ -30,6 +30,7 @@ from mongo_ckpt.connection import (
     DEFAULT_WRITE_CONCERN,
     ClientT,
     Owned,
+    acknowledged,
     adopt_client,
     with_write_concern,
 )
@@ -130,7 +131,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         else:
             self.filterable_metadata_keys = None
         self.collections: dict[str, Any] = {
-            logical: with_write_concern(self.db[name], write_concern)
+            logical: acknowledged(self, with_write_concern(self.db[name], write_concern))
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)

@@ -19,6 +19,7 @@ from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
 from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop
+from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
 if TYPE_CHECKING:  # Motor and the mongomock packages are optional: imported for types only.
@@ -110,6 +111,27 @@ def check_client(owner: str, mode: Mode, client: Any) -> None:
     elif found is not None and owner in _PARTNERS:
         message += f" — use {_PARTNERS[owner]}"
     raise TypeError(message)
+
+
+class UnacknowledgedWritesError(MongoCkptError, ValueError):
+    """A saver, store or cache was given a client or write concern whose writes the server
+    does not acknowledge (``w=0``)."""
+
+
+def acknowledged(owner: object, collection: Any) -> Any:
+    """``collection``, unless its writes are unacknowledged: every operation reads what its
+    writes report (ids inserted, values stored already, write errors), which ``w=0`` does
+    not give, so ``owner`` refuses it at construction."""
+    concern = getattr(collection, "write_concern", None)
+    if getattr(concern, "acknowledged", True) is False:
+        raise UnacknowledgedWritesError(
+            f"{type(owner).__name__} needs acknowledged writes, got {concern!r}: it reads "
+            "what each write reports (ids inserted, values stored already), which w=0 does "
+            "not give; use a client without w=0 (in its URI or keywords)"
+            + (" and leave write_concern= at its default (w='majority')"
+               if type(owner).__name__.endswith("Saver") else "")
+        )
+    return collection
 
 
 def with_write_concern(collection: Any, write_concern: WriteConcern | None) -> Any:

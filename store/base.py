@@ -25,6 +25,7 @@ from mongo_ckpt.connection import (
     ClientT,
     CollectionT,
     Owned,
+    acknowledged,
     adopt_client,
     shared_client,
 )
@@ -140,7 +141,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         if exact_search:
             self.ops.vector_search = False
         self.collections: dict[str, Any] = {
-            STORE: self.db[collection_name],
+            STORE: acknowledged(self, self.db[collection_name]),
             SCHEMA: self.db[SCHEMA_COLLECTION],
         }
         self._is_setup = False

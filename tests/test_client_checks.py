@@ -9,9 +9,9 @@ import mongomock
 import pytest
 from mongomock_motor import AsyncMongoMockClient
 from motor.motor_asyncio import AsyncIOMotorClient
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import AsyncMongoClient, MongoClient, WriteConcern
 
-from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver, UnacknowledgedWritesError
 from mongo_ckpt.cache import AsyncMongoDBCache, MongoDBCache
 from mongo_ckpt.connection import DEFAULT_WRITE_CONCERN, client_mode
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
@@ -153,3 +153,31 @@ async def test_from_conn_string_in_the_wrong_statement_says_which() -> None:
                                         "`with`"):
         async with MongoDBStore.from_conn_string(NOWHERE):
             pass
+
+
+UNACKNOWLEDGED = "mongodb://127.0.0.1:1/?w=0"
+ASYNC_CLASSES = (AsyncMongoDBSaver, AsyncMongoDBStore, AsyncMongoDBCache)
+
+
+def _client(cls: type, uri: str) -> Any:
+    return (AsyncMongoClient if cls in ASYNC_CLASSES else MongoClient)(uri, connect=False)
+
+
+@pytest.mark.parametrize("cls", [*CLASSES, MongoDBCache, AsyncMongoDBCache],
+                         ids=lambda c: c.__name__)
+def test_unacknowledged_writes_are_refused_at_construction(cls: type) -> None:
+    """With ``w=0`` a write reports nothing back (PyMongo refuses the client-level bulk
+    write, a put could not tell a value stored already): refused before any call. A saver
+    writes with its own write concern (``w="majority"`` by default), so only the client's
+    ``w=0`` taken as is (``write_concern=None``) or given is refused."""
+    is_saver = cls in (MongoDBSaver, AsyncMongoDBSaver)
+    options = {"write_concern": None} if is_saver else {}
+    with pytest.raises(UnacknowledgedWritesError) as raised:
+        cls(_client(cls, UNACKNOWLEDGED), "t_checks", **options)
+    assert str(raised.value).startswith(f"{cls.__name__} needs acknowledged writes")
+    assert "use a client without w=0" in str(raised.value)
+    if is_saver:
+        with pytest.raises(UnacknowledgedWritesError, match="leave write_concern= at its"):
+            cls(_client(cls, NOWHERE), "t_checks", write_concern=WriteConcern(w=0))
+        saver = cls(_client(cls, UNACKNOWLEDGED), "t_checks")  # its own write concern
+        assert saver.collections["checkpoints"].write_concern == DEFAULT_WRITE_CONCERN

@@ -13,7 +13,14 @@ from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.cache import documents
 from mongo_ckpt.cache.operations import CACHE, CacheOperations, ServerClock
 from mongo_ckpt.calls import Operation
-from mongo_ckpt.connection import DEFAULT_DB_NAME, ClientT, Owned, adopt_client, shared_client
+from mongo_ckpt.connection import (
+    DEFAULT_DB_NAME,
+    ClientT,
+    Owned,
+    acknowledged,
+    adopt_client,
+    shared_client,
+)
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.base import MongoStoreBase
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
@@ -57,7 +64,7 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
         self.client = given
         self.db = given[db_name]
         self.collections: dict[str, Any] = {
-            CACHE: self.db[collection_name],
+            CACHE: acknowledged(self, self.db[collection_name]),
             SCHEMA: self.db[SCHEMA_COLLECTION],
         }
         self.ops = CacheOperations(ServerClock())
