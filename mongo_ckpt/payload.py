@@ -54,9 +54,12 @@ def split(
     this order never publish a head before the parts it names.
     """
     size = chunk_size or CHUNK_SIZE
-    if compress and len(data) >= COMPRESS_FROM:
+    # A serializer's own tag ending in ``+zlib`` gets this layer on top, whatever it saves:
+    # a reader takes off exactly one.
+    own = type_.endswith(ZLIB)
+    if own or (compress and len(data) >= COMPRESS_FROM):
         packed = zlib.compress(data, _LEVEL)
-        if len(packed) < len(data):
+        if own or len(packed) < len(data):
             type_, data = type_ + ZLIB, packed
     vid = digest(type_, data)
     parts = max(1, math.ceil(len(data) / size))

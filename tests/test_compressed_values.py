@@ -186,3 +186,13 @@ def test_a_reader_that_does_not_know_an_encoding_refuses_the_value() -> None:
     (packed,) = split(type_, data, compress=True)
     with pytest.raises(NotImplementedError, match="Unknown serialization type"):
         SERDE.loads_typed((packed["type"], bytes(packed["data"])))
+
+
+def test_a_serializer_tag_ending_like_the_compression_reads_back_as_stored() -> None:
+    """A serializer whose own type tag ends in ``+zlib``: the compression is added on top,
+    so the reader takes off exactly the layer it added."""
+    for data in (b"small", prose(2, 4 * COMPRESS_FROM).encode()):
+        for compress in (False, True):
+            (head,) = split("custom" + ZLIB, data, compress=compress)
+            ((_, stored),) = join([{**head, "k": 1}], ("k",)).values()
+            assert stored == ("custom" + ZLIB, data)

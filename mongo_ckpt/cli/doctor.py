@@ -9,21 +9,13 @@ from mongo_ckpt.cli.options import (
     Session,
     Target,
     open_session,
+    schema_status,
     target_options,
 )
 from mongo_ckpt.cli.output import DONE, ERROR, console, emit_json, table
-from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key
 
 PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
-
-
-def schema_status(session: Session) -> health.Finding:
-    """The saver's recorded layout version against the one this release reads."""
-    saver = session.saver
-    found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
-    stored_by = session.run(inspection.stored_by())
-    return health.schema_version(found, SAVER_SCHEMA_VERSION, stored_by, saver.db.name)
 
 
 def findings(session: Session) -> list[health.Finding]:
@@ -57,7 +49,9 @@ def doctor(target: Target, fix: bool, new_database: bool) -> None:
     if new_database and not fix:
         raise click.UsageError("--new-database goes with --fix")
     hint = f" (or --new-database to create the indexes in {target.db!r})" if fix else ""
-    with open_session(target, data_required=not new_database, hint=hint) as session:
+    with open_session(
+        target, data_required=not new_database, hint=hint, layout_checked=False
+    ) as session:
         # Indexes only on data the saver reads (setup() refuses the rest, and so does this).
         if fix and schema_status(session).status != "fail":
             session.run(session.saver.ops.create_indexes())

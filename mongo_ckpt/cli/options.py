@@ -17,6 +17,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pymongo import MongoClient
 from pymongo.errors import ConfigurationError, ConnectionFailure, PyMongoError
 
+from mongo_ckpt import health, inspection
 from mongo_ckpt.calls import Operation
 from mongo_ckpt.cli.locate import databases_with_data, holds_data, no_data_message
 from mongo_ckpt.cli.output import NothingMatched
@@ -26,6 +27,7 @@ from mongo_ckpt.inspection import DATABASE, measures_sizes
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.redaction import redacted
 from mongo_ckpt.saver import MongoDBSaver
+from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -195,7 +197,7 @@ def _explained(uri: str | None) -> Iterator[None]:
             redacted(f"MongoDB at {where} refused: {type(exc).__name__}: {exc}", uri)
         ) from None
     except NotImplementedError as exc:
-        if "+" in str(exc) and "serialization type" in str(exc):
+        if "+aes" in str(exc) and "serialization type" in str(exc):
             raise click.ClickException(
                 f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
                 "written with"
@@ -257,16 +259,30 @@ def require_data(client: Any, target: Target, hint: str = "") -> None:
         )
 
 
+def schema_status(session: Session) -> health.Finding:
+    """The saver's recorded layout version against the one this release reads."""
+    saver = session.saver
+    found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
+    stored_by = session.run(inspection.stored_by()) if found is None else None
+    return health.schema_version(found, SAVER_SCHEMA_VERSION, stored_by, saver.db.name)
+
+
 @contextmanager
 def open_session(
-    target: Target, *, data_required: bool = True, hint: str = ""
+    target: Target, *, data_required: bool = True, hint: str = "", layout_checked: bool = True
 ) -> Iterator[Session]:
     """A ``Session`` on ``target`` (see ``open_client``); unless ``data_required`` is off,
-    one on a database without the checkpointer's collections is ``NothingMatched``."""
+    one on a database without the checkpointer's collections is ``NothingMatched``. Unless
+    ``layout_checked`` is off (``doctor`` and ``stats`` report it), data in a layout the
+    saver refuses is refused here too, before anything is read as values."""
     with open_client(target) as client:
         if data_required:
             require_data(client, target, hint)
         saver = saver_on(client, target)
         session = Session(saver, {**saver.collections, DATABASE: saver.db})
+        if layout_checked:
+            status = schema_status(session)
+            if status.status == "fail":
+                raise click.ClickException(f"schema {status.detail}: {status.fix}")
         session.server_sizes = session.run(measures_sizes())
         yield session

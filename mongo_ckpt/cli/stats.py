@@ -8,11 +8,11 @@ from typing import Any
 import click
 
 from mongo_ckpt import inspection
-from mongo_ckpt.cli.doctor import schema_status
 from mongo_ckpt.cli.options import (
     Session,
     Target,
     open_session,
+    schema_status,
     target_options,
 )
 from mongo_ckpt.cli.output import console, emit_json, size, table
@@ -96,7 +96,7 @@ def stats(target: Target, top: int, plot_path: Path | None) -> None:
             import matplotlib  # noqa: F401
         except ImportError as exc:  # before the scan, which can take long
             raise click.ClickException(PLOT_MISSING) from exc
-    with open_session(target) as session:
+    with open_session(target, layout_checked=False) as session:
         result = collection_stats(session, top)
     per_thread = result.pop("per_thread_bytes")
     if plot_path is not None:
