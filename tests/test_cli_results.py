@@ -96,6 +96,17 @@ def test_what_matches_nothing_exits_3_and_says_so(server: Server) -> None:
     )
 
 
+def test_a_page_past_the_end_exits_3_and_says_how_many_there_are(server: Server) -> None:
+    total = json.loads(server.invoke("threads", "--json", "--db", server.db).output)["total"]
+    result = server.invoke("threads", "--page", "99", "--limit", "20", "--db", server.db)
+    assert result.exit_code == 3, result.output
+    assert f"page 99 is past the end: {total} threads make 1 page of 20" in result.output
+    report = json.loads(
+        server.invoke("threads", "--page", "99", "--json", "--db", server.db).output
+    )
+    assert (report["status"], report["page"], report["total"]) == ("nothing matched", 99, total)
+
+
 def test_every_json_output_is_an_object_of_the_same_shape(server: Server) -> None:
     db = ("--db", server.db)
     history = json.loads(server.invoke("history", "chat-ada", "--json", *db).output)

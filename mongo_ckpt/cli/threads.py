@@ -77,6 +77,13 @@ def threads(target: Target, sort: str, limit: int, page: int, filters: tuple[str
         result = session.run(
             inspection.threads(match, sort, (page - 1) * limit, limit, session.server_sizes)
         )
+    if result.total and not result.rows:
+        last = -(-result.total // limit)
+        raise NothingMatched(
+            f"page {page} is past the end: {result.total} threads make {last} page"
+            f"{'s' if last > 1 else ''} of {limit}",
+            target.db, target.json, {"total": result.total, "page": page, "limit": limit},
+        )
     status = DONE if result.total else NOTHING_MATCHED
     if target.json:
         emit_json(target.db, {"total": result.total, "page": page, "limit": limit,
