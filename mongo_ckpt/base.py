@@ -131,7 +131,11 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         else:
             self.filterable_metadata_keys = None
         self.collections: dict[str, Any] = {
-            logical: acknowledged(self, with_write_concern(self.db[name], write_concern))
+            logical: acknowledged(
+                self,
+                with_write_concern(self.db[name], write_concern),
+                " and leave write_concern= at its default (w='majority')",
+            )
             for logical, name in self.layout.by_logical().items()
         }
         self.collections[SCHEMA] = with_write_concern(self.db[SCHEMA_COLLECTION], write_concern)

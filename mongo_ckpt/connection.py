@@ -118,18 +118,16 @@ class UnacknowledgedWritesError(MongoCkptError, ValueError):
     does not acknowledge (``w=0``)."""
 
 
-def acknowledged(owner: object, collection: Any) -> Any:
+def acknowledged(owner: object, collection: Any, also: str = "") -> Any:
     """``collection``, unless its writes are unacknowledged: every operation reads what its
     writes report (ids inserted, values stored already, write errors), which ``w=0`` does
-    not give, so ``owner`` refuses it at construction."""
+    not give, so ``owner`` refuses it at construction (``also``: what else to change)."""
     concern = getattr(collection, "write_concern", None)
     if getattr(concern, "acknowledged", True) is False:
         raise UnacknowledgedWritesError(
             f"{type(owner).__name__} needs acknowledged writes, got {concern!r}: it reads "
             "what each write reports (ids inserted, values stored already), which w=0 does "
-            "not give; use a client without w=0 (in its URI or keywords)"
-            + (" and leave write_concern= at its default (w='majority')"
-               if type(owner).__name__.endswith("Saver") else "")
+            f"not give; use a client without w=0 (in its URI or keywords){also}"
         )
     return collection
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.official import migrate_command
+from mongo_ckpt.schema import PRE_RELEASE_FIX
 
 Status = Literal["ok", "warn", "fail"]
 SETUP_FIX = "run `mongo-ckpt doctor --fix` (it creates the indexes layout.py defines)"
@@ -129,10 +130,7 @@ def schema_version(
     """The layout version recorded for the saver (``found``) against the ``current`` one
     this release reads; ``stored_by``: who wrote the checkpoints (``inspection.stored_by``)."""
     check = "schema version"
-    pre_release = (
-        "a development build wrote it before the first release: set up on a new database "
-        "(or drop these collections) and write the data again"
-    )
+    pre_release = f"a development build wrote it before the first release: {PRE_RELEASE_FIX}"
     if found == current:
         return Finding(check, "ok", f"version {found} (current)")
     if found is not None and found > current:

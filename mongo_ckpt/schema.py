@@ -69,7 +69,7 @@ STORE_SCHEMA_VERSION = 5
 # The oldest store version this release reads; a collection at it (or 3, or 4) stays there
 # until ``store.upgrade()``: a release that reads version 2 settles registry entries without
 # claiming them, which quiet puts need.
-STORE_SETUP_VERSION = 2
+STORE_OLDEST_VERSION = 2
 # The recorded store version from which a put may leave an unclaimed entry as it was.
 STORE_QUIET_PUTS_VERSION = 3
 # The recorded store version from which a batch may name its namespaces in one batch
@@ -80,7 +80,7 @@ STORE_BATCH_DOCUMENTS_VERSION = 4
 STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
 # The oldest version each reads: below it, data of a pre-release layout (refused).
-OLDEST_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SETUP_VERSION}
+OLDEST_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_OLDEST_VERSION}
 # While a store's recorded version is below the current one, how often it reads it again,
 # so an upgrade by another process takes effect without a restart.
 LAYOUT_RECHECK_SECONDS = 60.0
@@ -162,6 +162,12 @@ def _understood(doc: Mapping[str, Any] | None, key: str, where: str) -> int | No
     return found
 
 
+# What to do with data a development build wrote before the first release.
+PRE_RELEASE_FIX = (
+    "set up on a new database (or drop these collections) and write the data again"
+)
+
+
 def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequired:
     """The refusal of data that a development build wrote before the first release (a
     layout version below the current one, or none recorded): this release reads its own."""
@@ -170,8 +176,8 @@ def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequire
     reads = f"version {current} only" if oldest == current else f"versions {oldest} to {current}"
     return SchemaUpgradeRequired(
         f"{where} holds mongo-ckpt data with {held}, written by a development build before "
-        f"the first release; mongo-ckpt {library_version()} reads layout {reads}: set up on "
-        "a new database (or drop these collections) and write the data again"
+        f"the first release; mongo-ckpt {library_version()} reads layout {reads}: "
+        + PRE_RELEASE_FIX
     )
 
 

@@ -147,7 +147,7 @@ class StoreOperations:
         and the version recorded: the current one, or the one another process recorded
         since the read, ``schema.record_first``) and, unless known already, the vector index
         where Atlas has one. Items without a recorded version, or a version below
-        ``schema.STORE_SETUP_VERSION``, are a pre-release layout: ``SchemaUpgradeRequired``,
+        ``schema.STORE_OLDEST_VERSION``, are a pre-release layout: ``SchemaUpgradeRequired``,
         nothing written."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
@@ -160,10 +160,10 @@ class StoreOperations:
             found = yield from schema.record_first(
                 key, collections, schema.STORE_SCHEMA_VERSION, where
             )
-            if schema.STORE_SETUP_VERSION <= found < schema.STORE_SCHEMA_VERSION:
+            if schema.STORE_OLDEST_VERSION <= found < schema.STORE_SCHEMA_VERSION:
                 # Set up first by a release on an older layout: its indexes too.
                 yield from create_indexes(STORE, self._index_models(found))
-        if found < schema.STORE_SETUP_VERSION:
+        if found < schema.STORE_OLDEST_VERSION:
             raise schema.pre_release(key, where, found)
         self._use_layout(found, exact=True)
         if self.index and self.vector_search is None:

@@ -228,7 +228,7 @@ def test_a_store_on_a_new_collection_keeps_the_version_recorded_first(
     store = make_store()
     key = store_key("store")
     _recorded_meanwhile(monkeypatch, StoreOperations, "_refuse_foreign", store.db, key, other)
-    if other > STORE_SCHEMA_VERSION or other < schema.STORE_SETUP_VERSION:
+    if other > STORE_SCHEMA_VERSION or other < schema.STORE_OLDEST_VERSION:
         refusal = SchemaTooNewError if other > STORE_SCHEMA_VERSION else SchemaUpgradeRequired
         with pytest.raises(refusal, match=f"layout version {other}"):
             store.put(("a",), "k", {"v": 1})

@@ -18,8 +18,8 @@ PROBE_COLLECTION = "mongo_ckpt_doctor_probe"
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
 
 
-def findings(session: Session) -> list[health.Finding]:
-    """Every doctor check on the session's target."""
+def findings(session: Session, schema: health.Finding) -> list[health.Finding]:
+    """Every doctor check on the session's target (``schema``: ``schema_status``'s)."""
     layout = session.saver.layout
     by_logical = layout.by_logical()
     found = session.run(inspection.indexes())
@@ -29,7 +29,7 @@ def findings(session: Session) -> list[health.Finding]:
         health.topology(session.run(inspection.server_reply({"hello": 1}))),
         *health.indexes(layout, by_name),
         *health.ttl(by_name),
-        schema_status(session),
+        schema,
         health.writable(session.run(inspection.write_probe(PROBE_COLLECTION))),
     ]
 
@@ -52,10 +52,11 @@ def doctor(target: Target, fix: bool, new_database: bool) -> None:
     with open_session(
         target, data_required=not new_database, hint=hint, layout_checked=False
     ) as session:
+        schema = schema_status(session)
         # Indexes only on data the saver reads (setup() refuses the rest, and so does this).
-        if fix and schema_status(session).status != "fail":
+        if fix and schema.status != "fail":
             session.run(session.saver.ops.create_indexes())
-        result = findings(session)
+        result = findings(session, schema)
     failed = any(f.status == "fail" for f in result)
     if target.json:
         emit_json(target.db, {"ok": not failed, "findings": [vars(f) for f in result]},
