@@ -324,11 +324,6 @@ def create_indexes(collection: str, indexes: Sequence[IndexModel]) -> Calling[li
     return (yield Call(collection, "create_indexes", (indexes,)))
 
 
-def drop_index(collection: str, name: str) -> Calling[None]:
-    """``collection.drop_index(name)``."""
-    return (yield Call(collection, "drop_index", (name,)))
-
-
 def create_search_index(collection: str, model: SearchIndexModel) -> Calling[str]:
     """``collection.create_search_index(model)``: the index's name."""
     return (yield Call(collection, "create_search_index", (model,)))

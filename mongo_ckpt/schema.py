@@ -23,40 +23,17 @@ The next layout follows the same rule: an encoding added to stored values is nam
 their type tag (``msgpack+zlib``), so a reader that does not know it fails loudly
 instead of misreading.
 
-The store reads versions 2 to 5. Its ``setup()`` records 5 on new collections (as the
-saver does), refuses items without a recorded version or at version 1 (pre-release,
-``SchemaUpgradeRequired``), and takes a collection at 2, 3 or 4 as found; the later
-versions are recorded by the upgrade step (``store.upgrade()``, ``mongo-ckpt upgrade
---store``), run once every process runs a release that reads them; until then the store
-writes what the recorded version reads. Once it is recorded, earlier releases refuse the
-data at setup (``SchemaTooNewError``).
-
-Store versions:
-  1. One document per item (a development build's; refused).
-  2. The namespace registry beside the items (``store/registry.py``). A reader of version 1
-     would write items without their entries.
-  3. Quiet puts: a put leaves a registry entry that needs no change as it was, its
-     ``version`` moving only when a listing has claimed it. No data changes, but a release
-     reading version 2 settles entries without claiming them and could then write an
-     expiry that misses such a put's item. Recorded by ``setup()`` only on a new, empty
-     collection; on existing data by ``store.upgrade()`` (``mongo-ckpt upgrade --store``).
-  4. Batch documents: a batch into many namespaces names them in one document, which
-     listings fold into the entries. A reader of version 3 would not list those
-     namespaces. Recorded like version 3.
-  5. The registry on the items' indexes: entries carry marks in ``prefixes`` and an
-     ``expires_at`` equal to ``listed_until``; the registry's own indexes are dropped. A
-     reader of version 4 would raise ``listed_until`` alone, and the items' TTL index
-     would delete the entry too early. Recorded like version 3, by the upgrade that also
-     gives existing entries those fields.
+The store reads and writes one layout, version 5 (1 to 4 were development builds), the
+same way: recorded on new collections, anything else of ours refused. Version 5 is: the
+namespace registry beside the items on the items' indexes (``store/registry.py``), quiet
+puts and batch documents.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
-from time import monotonic
 from typing import Any
 
 from mongo_ckpt.calls import Operation, find_one, update_one, upserted
@@ -66,24 +43,7 @@ from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 
 SAVER_SCHEMA_VERSION = 7
 STORE_SCHEMA_VERSION = 5
-# The oldest store version this release reads; a collection at it (or 3, or 4) stays there
-# until ``store.upgrade()``: a release that reads version 2 settles registry entries without
-# claiming them, which quiet puts need.
-STORE_OLDEST_VERSION = 2
-# The recorded store version from which a put may leave an unclaimed entry as it was.
-STORE_QUIET_PUTS_VERSION = 3
-# The recorded store version from which a batch may name its namespaces in one batch
-# document, which releases before it would not list.
-STORE_BATCH_DOCUMENTS_VERSION = 4
-# The recorded store version from which the namespace registry is on the items' indexes
-# (its entries expire by ``expires_at``), which releases before it would not keep.
-STORE_ITEM_INDEXES_VERSION = 5
 SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
-# The oldest version each reads: below it, data of a pre-release layout (refused).
-OLDEST_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_OLDEST_VERSION}
-# While a store's recorded version is below the current one, how often it reads it again,
-# so an upgrade by another process takes effect without a restart.
-LAYOUT_RECHECK_SECONDS = 60.0
 
 
 class SchemaTooNewError(MongoCkptError, RuntimeError):
@@ -93,38 +53,6 @@ class SchemaTooNewError(MongoCkptError, RuntimeError):
 class SchemaUpgradeRequired(MongoCkptError, RuntimeError):
     """The data is not in a layout this release reads: a pre-release one, or
     langgraph-checkpoint-mongodb's (``mongo-ckpt migrate`` converts it)."""
-
-
-class LayoutRecheck:
-    """When a store whose recorded layout version is older than the current one reads it
-    again: once ``LAYOUT_RECHECK_SECONDS`` passed since the last read, by one of
-    the operations running at that moment (it claims the read before sending it)."""
-
-    def __init__(self) -> None:
-        self._next = 0.0
-        self._lock = threading.Lock()  # threads of one sync saver or store claim one read
-
-    def read(self) -> None:
-        """The version was just read (by ``setup`` or a recheck)."""
-        self._next = monotonic() + LAYOUT_RECHECK_SECONDS
-
-    def claim(self) -> bool:
-        """Whether the version is due to be read again; the read is then claimed, so the
-        operations running beside this one do not send it too."""
-        with self._lock:
-            if monotonic() < self._next:
-                return False
-            self.read()
-            return True
-
-    def reread(self, key: str, where: str) -> Operation[int | None]:
-        """``read`` of ``key``, claimed; if it fails, the next operation reads again (so a
-        newer version it raised on keeps being refused, as at setup)."""
-        try:
-            return (yield from read(key, where))
-        except Exception:
-            self._next = 0.0
-            raise
 
 
 def saver_key(checkpoints: str) -> str:
@@ -172,11 +100,10 @@ def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequire
     """The refusal of data that a development build wrote before the first release (a
     layout version below the current one, or none recorded): this release reads its own."""
     held = "no recorded layout version" if found is None else f"layout version {found}"
-    oldest, current = OLDEST_VERSION[_kind(key)], SCHEMA_VERSION[_kind(key)]
-    reads = f"version {current} only" if oldest == current else f"versions {oldest} to {current}"
     return SchemaUpgradeRequired(
         f"{where} holds mongo-ckpt data with {held}, written by a development build before "
-        f"the first release; mongo-ckpt {library_version()} reads layout {reads}: "
+        f"the first release; mongo-ckpt {library_version()} reads layout version "
+        f"{SCHEMA_VERSION[_kind(key)]} only: "
         + PRE_RELEASE_FIX
     )
 

@@ -210,14 +210,10 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         return (yield from operation)
 
     def _setup_once(self) -> Operation[None]:
-        """Index creation (and the vector index where there is one), unless done already;
-        while the collection is on an older layout, its version is read again at most once
-        a minute."""
+        """Index creation (and the vector index where there is one), unless done already."""
         if not self._is_setup:
             yield from self.ops.setup(self.db.name, self.collections[STORE].name)
             self._is_setup = True
-        elif self.ops.recheck_due():
-            yield from self.ops.recheck_layout(self.db.name, self.collections[STORE].name)
 
     # -- sync API -------------------------------------------------------------
 
@@ -225,22 +221,16 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """Check the layout version (``SchemaTooNewError`` for data of a newer mongo-ckpt);
         on new collections refuse another layout (``ForeignCollectionError``: the
         checkpointer's, langgraph-store-mongodb's; nothing written), then create the indexes
-        and record the version (on a collection of layout version 1 also build the namespace
-        registry); where Atlas Vector Search exists, create the vector index (idempotent;
-        also done on first use).
+        and record the version; refuse data of a pre-release layout
+        (``SchemaUpgradeRequired``, nothing written); where Atlas Vector Search exists, create
+        the vector index (idempotent; also done on first use).
         A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False
         self._run(self._setup_once(), SpanInfo("setup"))
 
     def upgrade(self) -> None:
-        """``setup``, then record the current layout version: puts of this store leave a
-        namespace's registry entry unwritten when it needs no change, batches into many
-        namespaces send one batch document, and the registry moves onto the items' indexes
-        (existing entries get their marks and ``expires_at``, its own indexes are dropped);
-        other stores of this release follow within a minute, and releases before
-        it refuse the collection at setup. Run it (or ``mongo-ckpt upgrade --store``) once
-        no process of such a release is left (docs/operations.md). Idempotent. A coroutine
-        on ``AsyncMongoDBStore``."""
+        """Set up, then record this release's layout version (idempotent; with one layout
+        there is nothing to rewrite). A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False  # setup first, as on first use
         self._run(self._upgraded(), SpanInfo("upgrade"))
 

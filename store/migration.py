@@ -109,9 +109,7 @@ def converted(
     return fields
 
 
-def batch_requests(
-    targets: Iterable[tuple[str, dict[str, Any]]], *, quiet: bool, on_items: bool
-) -> list[UpdateOne]:
+def batch_requests(targets: Iterable[tuple[str, dict[str, Any]]]) -> list[UpdateOne]:
     """Upserts of converted items (``(key, fields)``), then their namespaces' registry
     entries: what one batch writes."""
     requests: list[UpdateOne] = []
@@ -121,9 +119,7 @@ def batch_requests(
         selector = {"ns": joined(namespace), "key": key}
         requests.append(UpdateOne(selector, {"$set": fields}, upsert=True))
         expiries.setdefault(namespace, []).append(fields.get("expires_at", documents.FOREVER))
-    entries = [
-        registry.put_request(ns, u, quiet=quiet, on_items=on_items) for ns, u in expiries.items()
-    ]
+    entries = [registry.put_request(ns, u) for ns, u in expiries.items()]
     return requests + entries
 
 
@@ -191,7 +187,7 @@ def _write(
         counts.vectors += "embeddings" in fields
         items.append((doc["key"], fields))
     if items:
-        requests = batch_requests(items, quiet=store.ops.quiet, on_items=store.ops.on_items)
+        requests = batch_requests(items)
         store.collections["store"].bulk_write(requests, ordered=True)
     counts.items += len(items)
     update = {"$set": {"last_id": chunk[-1]["_id"], "items": counts.items}}

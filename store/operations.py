@@ -45,8 +45,7 @@ from mongo_ckpt.calls import (
     create_indexes,
     create_search_index,
     delete_many,
-    drop_index,
-    find,
+        find,
     find_cursor,
     find_one,
     index_information,
@@ -126,18 +125,7 @@ class StoreOperations:
         self.paths: list[Path] = index_paths(index.get("fields")) if index else []
         # None until setup has asked the server; True where $vectorSearch is available.
         self.vector_search: bool | None = None
-        # Whether puts leave a registry entry that needs no change unwritten: the recorded
-        # layout version says no release that settles without claiming writes here.
-        self.quiet = False
-        # Whether a batch into many namespaces names them in one batch document: the
-        # recorded layout version says every process writing here folds them.
-        self.batched = False
         self.batch_from = registry.BATCH_FROM  # namespaces in a batch that make it many
-        # Whether the registry is on the items' indexes: the recorded layout version says
-        # every process writing here keeps an entry's ``expires_at`` its ``listed_until``.
-        self.on_items = False
-        self.layout = 0  # the layout version in use (``_use_layout``)
-        self._recheck = schema.LayoutRecheck()
 
     # -- setup ----------------------------------------------------------------
 
@@ -146,26 +134,21 @@ class StoreOperations:
         look for another layout, refused with ``ForeignCollectionError``, then the indexes
         and the version recorded: the current one, or the one another process recorded
         since the read, ``schema.record_first``) and, unless known already, the vector index
-        where Atlas has one. Items without a recorded version, or a version below
-        ``schema.STORE_OLDEST_VERSION``, are a pre-release layout: ``SchemaUpgradeRequired``,
-        nothing written."""
+        where Atlas has one. Items without a recorded version, or a version below the
+        current one, are a pre-release layout: ``SchemaUpgradeRequired``, nothing written."""
         key = schema.store_key(collection_name)
         where = f"database {db_name!r} (collection {collection_name})"
         found = yield from schema.read(key, where)
         if found is None:
             if (yield from self._refuse_foreign(db_name, collection_name)):
                 raise schema.pre_release(key, where, None)
-            yield from create_indexes(STORE, self._index_models(schema.STORE_SCHEMA_VERSION))
+            yield from create_indexes(STORE, documents.index_models())
             collections = {STORE: collection_name}
             found = yield from schema.record_first(
                 key, collections, schema.STORE_SCHEMA_VERSION, where
             )
-            if schema.STORE_OLDEST_VERSION <= found < schema.STORE_SCHEMA_VERSION:
-                # Set up first by a release on an older layout: its indexes too.
-                yield from create_indexes(STORE, self._index_models(found))
-        if found < schema.STORE_OLDEST_VERSION:
+        if found < schema.STORE_SCHEMA_VERSION:
             raise schema.pre_release(key, where, found)
-        self._use_layout(found, exact=True)
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -184,51 +167,10 @@ class StoreOperations:
             raise layouts.refusal(db_name, collection_name, found)
         return sample is not None
 
-    def _index_models(self, version: int) -> list[Any]:
-        on_items = version >= schema.STORE_ITEM_INDEXES_VERSION
-        return [*documents.index_models(), *registry.index_models(on_items)]
-
-    def _use_layout(self, version: int, *, exact: bool = False) -> None:
-        """What the store's writes and listings may rely on at layout ``version``. Unless
-        ``exact`` (a setup's read, taken as found), a version lower than one used before
-        changes nothing: a read answered late, after this store's ``upgrade``."""
-        self.layout = version if exact else max(self.layout, version)
-        self.quiet = self.layout >= schema.STORE_QUIET_PUTS_VERSION
-        self.batched = self.layout >= schema.STORE_BATCH_DOCUMENTS_VERSION
-        self.on_items = self.layout >= schema.STORE_ITEM_INDEXES_VERSION
-        self._recheck.read()
-
-    def recheck_due(self) -> bool:
-        """Whether to read the layout version again, claiming the read (the operations
-        running beside this one do not read it too): it was older than the current one
-        ``schema.LAYOUT_RECHECK_SECONDS`` ago (an upgrade elsewhere then takes effect
-        without a restart; the registry's own indexes it drops would otherwise be missed)."""
-        return not self.on_items and self._recheck.claim()
-
-    def recheck_layout(self, db_name: str, collection_name: str) -> Operation[None]:
-        """Read the recorded layout version (one ``find_one``) and use it."""
-        key = schema.store_key(collection_name)
-        where = f"database {db_name!r} (collection {collection_name})"
-        found = yield from self._recheck.reread(key, where)
-        self._use_layout(found or 0)
-
     def upgrade(self, collection_name: str) -> Operation[None]:
-        """After ``setup``: the current layout version recorded, since every process writing
-        the collection settles registry entries by claiming them, folds batch documents and
-        keeps an entry's ``expires_at`` its ``listed_until``, so puts may be quiet, batches
-        may send batch documents, and the registry moves onto the items' indexes: entries
-        are given their marks, the version is recorded, they are given their ``expires_at``
-        (and the marks of those the previous release created meanwhile), then its own
-        indexes are dropped."""
+        """Record the current layout version (after ``setup``, which refused any other)."""
         key = schema.store_key(collection_name)
-        yield from bulk_write(STORE, registry.upgrade_requests(recorded=False), ordered=True)
         yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
-        yield from bulk_write(STORE, registry.upgrade_requests(recorded=True), ordered=True)
-        indexes = yield from index_information(STORE)
-        for model in registry.index_models(on_items=False):
-            if model.document["name"] in indexes:
-                yield from drop_index(STORE, model.document["name"])
-        self._use_layout(schema.STORE_SCHEMA_VERSION)
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
@@ -243,7 +185,7 @@ class StoreOperations:
         now = documents.utc_now()
         # Entries first: an item put between the two deletes is then either swept or
         # listed by its (new) entry, never left without one.
-        yield from delete_many(STORE, registry.expired_entries(now, self.on_items))
+        yield from delete_many(STORE, registry.expired_entries(now))
         result = yield from delete_many(STORE, documents.expired(now))
         return result.deleted_count
 
@@ -395,7 +337,7 @@ class StoreOperations:
         wanted = op.offset + op.limit
         folded = False
         while True:
-            pipeline = registry.listing_pipeline(op, now, wanted, self.on_items)
+            pipeline = registry.listing_pipeline(op, now, wanted)
             groups = yield from aggregate(STORE, pipeline)
             read = len(groups)
             if not folded and any(group["_id"] == registry.BATCHES for group in groups):
@@ -426,9 +368,9 @@ class StoreOperations:
     def _fold(self) -> Operation[None]:
         """The batch documents stored, folded into the registry's entries (one ``find``,
         one ``bulk_write`` for every ``registry.FOLD_NAMES`` names)."""
-        batches = yield from find(STORE, registry.batches_query(self.on_items))
+        batches = yield from find(STORE, registry.BATCHES_QUERY)
         if batches:
-            folds = registry.fold_requests(batches, quiet=self.quiet, on_items=self.on_items)
+            folds = registry.fold_requests(batches)
             for requests in folds:
                 yield from bulk_write(STORE, requests, ordered=True)
 
@@ -449,7 +391,7 @@ class StoreOperations:
             until = latest.get(registry.joined_of(entry))
             # Expired on this clock but still stored, an item may be live on a clock behind
             # it: the entry goes only with the last item, and otherwise records its expiry.
-            settled.append(registry.settled_request(entry, claim, until, on_items=self.on_items))
+            settled.append(registry.settled_request(entry, claim, until))
             live[entry] = until is not None and until > now
         yield from bulk_write(STORE, settled, ordered=False)
         return live
@@ -504,7 +446,7 @@ class StoreOperations:
             *(registry.delete_request(ns) for ns in emptied),
             *documents.refresh_requests(read, now),
             *(
-                registry.raise_request(ns, until, quiet=self.quiet, on_items=self.on_items)
+                registry.raise_request(ns, until)
                 for ns, until in _refreshed(read, now).items()
             ),
         ]
@@ -514,11 +456,11 @@ class StoreOperations:
             expiries.setdefault(op.namespace, []).append(until)
         after: list[WriteRequest]
         # Not where listings read the items (omit_expired off): nothing here would fold.
-        if self.batched and self.omit_expired and len(expiries) >= self.batch_from:
+        if self.omit_expired and len(expiries) >= self.batch_from:
             after = [*registry.batch_requests(expiries)]
         else:
             after = [
-                registry.put_request(ns, u, quiet=self.quiet, on_items=self.on_items)
+                registry.put_request(ns, u)
                 for ns, u in expiries.items()
             ]
         if len(items) >= documents.INSERTS_FROM:

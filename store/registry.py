@@ -7,19 +7,16 @@ its item and its namespace's entry in one ``bulk_write`` (one command)::
     {_id: "namespace:<joined>", ns: NUL + <joined>, listed: <joined>, namespace: [labels],
      levels: [prefixes], prefixes: marks(namespace),
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
-     expires_at: <listed_until, or null before STORE_ITEM_INDEXES_VERSION>,
+     expires_at: <listed_until>,
      version: <random>, recheck: <bool>, claimed: <bool>}
 
 They have no ``key``, an ``ns`` no item has (a joined namespace never starts with NUL),
 unique under the items' ``(ns, key)`` index, and ``prefixes`` no item has (``marks``: NUL,
 then NUL before each level): no item query matches them.
 
-From layout version ``schema.STORE_ITEM_INDEXES_VERSION`` on, the registry has no indexes
-of its own: a listing finds entries by their ``prefixes`` on the items' ``prefix_recency``
-index, and ``expires_at``, equal to ``listed_until``, lets the items' TTL index drop them
-expired. An entry gets ``expires_at`` then (before, a release that does not keep it equal
-to ``listed_until`` may run beside this one, and the TTL index would drop the entry
-early); every write of this release keeps it equal wherever an entry has it.
+The registry has no indexes of its own: a listing finds entries by their ``prefixes`` on
+the items' ``prefix_recency`` index, and ``expires_at``, kept equal to ``listed_until`` by
+every write, lets the items' TTL index drop them expired.
 
 An entry without ``recheck: true`` is exact: its namespace has a live item until
 ``listed_until`` (puts and TTL refreshes only raise it, with ``$max``; items only stop
@@ -33,17 +30,14 @@ A listing settles the flagged entries it meets: it claims them (a ``version`` of
 ``claimed: true``), then probes their items, then writes the exact expiry (or removes the
 entry, when no item is left) only if the ``version`` is still its own. Every write that
 lands after the claim moves the ``version``, so a put or delete whose item the probe may
-have missed is never lost: a delete always; a put (or refresh) when the entry is claimed,
-and, until the store's layout version is ``schema.STORE_QUIET_PUTS_VERSION``, always,
-since a release before it settles without claiming (conditional on the version it read).
-So from that version on, a put into a namespace whose entry needs no raise and no flag
-changes nothing in it. Versions are random, not counted: an entry removed and created
-again never takes a version a listing claimed before.
+have missed is never lost: a delete always; a put (or refresh) when the entry is claimed.
+So a put into a namespace whose entry needs no raise and no flag changes nothing in it.
+Versions are random, not counted: an entry removed and created again never takes a
+version a listing claimed before.
 
-From layout version ``schema.STORE_BATCH_DOCUMENTS_VERSION`` on, a batch putting into
-``BATCH_FROM`` namespaces or more sends, instead of their entry statements, one batch
-document naming them with their expiries (one statement, whatever the number of
-namespaces)::
+A batch putting into ``BATCH_FROM`` namespaces or more sends, instead of their entry
+statements, one batch document naming them with their expiries (one statement, whatever
+the number of namespaces)::
 
     {_id: "batch:<random>", ns: NUL NUL "batch:<random>", listed: BATCHES, levels: [BATCHES],
      prefixes: [BATCH_MARK], listed_until: FOREVER,
@@ -64,7 +58,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.store.base import ListNamespacesOp
-from pymongo import ASCENDING, DeleteOne, IndexModel, InsertOne, UpdateMany, UpdateOne
+from pymongo import DeleteOne, InsertOne, UpdateMany, UpdateOne
 
 from mongo_ckpt.store.documents import FOREVER
 from mongo_ckpt.store.namespaces import SEPARATOR, joined, match_clauses, prefixes
@@ -104,60 +98,36 @@ def entry_id(joined_namespace: str) -> str:
     return _ID_PREFIX + joined_namespace
 
 
-def index_models(on_items: bool) -> list[IndexModel]:
-    """The registry's own indexes: none ``on_items`` (``schema.STORE_ITEM_INDEXES_VERSION``)."""
-    if on_items:
-        return []
-    return [
-        # A prefix listing: one equality on the levels and a range on the expiry.
-        # Sparse: items, which have neither field, add nothing to them.
-        IndexModel([(LEVELS, ASCENDING), (UNTIL, ASCENDING)], sparse=True, name="registry_levels"),
-        # Every listing without a prefix; the server's TTL monitor drops expired entries.
-        IndexModel([(UNTIL, ASCENDING)], expireAfterSeconds=0, sparse=True, name="registry_until"),
-    ]
-
-
 def marks(namespace: Sequence[str]) -> list[str]:
     """An entry's ``prefixes``: ``ROOT_MARK``, then each level after NUL."""
     return [ROOT_MARK, *(SEPARATOR + level for level in prefixes(namespace))]
 
 
-def put_request(
-    namespace: Sequence[str], expiries: Iterable[datetime], *, quiet: bool, on_items: bool
-) -> UpdateOne:
+def put_request(namespace: Sequence[str], expiries: Iterable[datetime]) -> UpdateOne:
     """After the puts of a batch into ``namespace`` (each item's expiry, ``FOREVER`` for
     none): the entry raised to the latest, created if missing; flagged when one of them
-    is earlier than the entry's expiry (an overwrite may have shortened the latest).
-    ``quiet`` (from ``schema.STORE_QUIET_PUTS_VERSION``): the ``version`` moves only when
-    the entry is claimed; ``on_items`` (from ``schema.STORE_ITEM_INDEXES_VERSION``): a
-    created entry gets ``expires_at``."""
+    is earlier than the entry's expiry (an overwrite may have shortened the latest)."""
     expiries = list(expiries)
     earliest = min(expiries)
     latest, shortest = max(expiries), (earliest if earliest < FOREVER else None)
-    return _entry_request(namespace, latest, shortest, quiet, on_items)
+    return _entry_request(namespace, latest, shortest)
 
 
-def raise_request(
-    namespace: Sequence[str], until: datetime, *, quiet: bool, on_items: bool
-) -> UpdateOne:
+def raise_request(namespace: Sequence[str], until: datetime) -> UpdateOne:
     """After TTL refreshes in ``namespace``: the entry raised to ``until``, created if
     missing."""
-    return _entry_request(namespace, until, None, quiet, on_items)
+    return _entry_request(namespace, until, None)
 
 
 def _entry_request(
-    namespace: Sequence[str],
-    latest: datetime,
-    earliest: datetime | None,
-    quiet: bool,
-    on_items: bool,
+    namespace: Sequence[str], latest: datetime, earliest: datetime | None
 ) -> UpdateOne:
     """One upsert, after the items' statements, as an update pipeline (each field computed
     from the entry as it was): the expiry raised to ``latest``, with the entry flagged if
     that raised it (the item may have been deleted meanwhile, and the delete's flag
     settled away by a listing), if it is missing (created, or created again after the
     server's TTL monitor or a sweep removed it expired), or if ``earliest`` is below it;
-    a new ``version`` when claimed or missing (or always, unless ``quiet``), so a listing
+    a new ``version`` when claimed or missing, so a listing
     that probed before the items never writes its result. When nothing is to change, the
     pipeline yields the entry as it was: the server writes nothing."""
     until = _naive(latest)
@@ -166,28 +136,17 @@ def _entry_request(
     if earliest is not None:
         reasons.append({"$gt": [stored, _naive(earliest)]})
     fresh = new_version()
-    version: Any = fresh
-    if quiet:
-        version = {"$cond": [f"${CLAIMED}", fresh, {"$ifNull": ["$version", fresh]}]}
+    version = {"$cond": [f"${CLAIMED}", fresh, {"$ifNull": ["$version", fresh]}]}
     raised = {"$max": [f"${UNTIL}", until]}
     fields = {
         "recheck": {"$or": reasons},
         UNTIL: raised,
-        EXPIRES: _expiry(raised, on_items),
+        EXPIRES: raised,
         "version": version,
         CLAIMED: False,
         **{name: _constant(value) for name, value in _identity(namespace).items()},
     }
     return UpdateOne({"_id": entry_id(joined(namespace))}, [{"$set": fields}], upsert=True)
-
-
-def _expiry(until: Any, on_items: bool) -> Any:
-    """An entry's ``expires_at`` for its new ``listed_until``, ``until`` (an expression):
-    ``until`` ``on_items`` or where the entry has a date there, else null."""
-    if on_items:
-        return until
-    dated = {"$gt": [{"$ifNull": [f"${EXPIRES}", _EPOCH]}, _EPOCH]}  # mongomock has no $type
-    return {"$cond": [dated, until, None]}
 
 
 def _constant(value: Any) -> Any:
@@ -242,15 +201,14 @@ def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
     document: dict[str, Any] = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES}
     document[LEVELS] = [BATCHES]
     document[PREFIXES] = [BATCH_MARK]
-    document[UNTIL] = FOREVER  # for listings without a prefix too, on ``registry_until``
+    document[UNTIL] = FOREVER
     # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
     document[LABELS] = []
     return InsertOne({**document, "named": named})
 
 
-def batches_query(on_items: bool) -> dict[str, str]:
-    """The batch documents, on the index the layout has."""
-    return {PREFIXES: BATCH_MARK} if on_items else {LEVELS: BATCHES}
+BATCHES_QUERY = {PREFIXES: BATCH_MARK}
+"""The batch documents, on the items' ``prefix_recency`` index."""
 
 
 FOLD_NAMES = 5_000
@@ -258,9 +216,7 @@ FOLD_NAMES = 5_000
 in parts, each kept when the next fails."""
 
 
-def fold_requests(
-    batches: Sequence[Mapping[str, Any]], *, quiet: bool, on_items: bool
-) -> list[list[Any]]:
+def fold_requests(batches: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """The bulk writes folding ``batches`` (batch documents), in parts of about
     ``FOLD_NAMES`` names: in each, the entry statements their puts left to a listing, one
     per namespace (the same as one per put: raised to the latest, flagged by the
@@ -273,17 +229,15 @@ def fold_requests(
             names = 0
         parts[-1].append(batch)
         names += len(batch["named"])
-    return [_fold_part(part, quiet, on_items) for part in parts]
+    return [_fold_part(part) for part in parts]
 
 
-def _fold_part(batches: Sequence[Mapping[str, Any]], quiet: bool, on_items: bool) -> list[Any]:
+def _fold_part(batches: Sequence[Mapping[str, Any]]) -> list[Any]:
     expiries: dict[tuple[str, ...], list[datetime]] = {}
     for batch in batches:
         for labels, latest, earliest in batch["named"]:
             expiries.setdefault(tuple(labels), []).extend([utc(latest), utc(earliest)])
-    entries = [
-        put_request(ns, untils, quiet=quiet, on_items=on_items) for ns, untils in expiries.items()
-    ]
+    entries = [put_request(ns, untils) for ns, untils in expiries.items()]
     return [*entries, *(DeleteOne({"_id": batch["_id"]}) for batch in batches)]
 
 
@@ -294,31 +248,22 @@ def delete_request(joined_namespace: str) -> UpdateOne:
     return UpdateOne({"_id": entry_id(joined_namespace)}, update)
 
 
-def listing_matches(op: ListNamespacesOp, now: datetime, on_items: bool) -> list[dict[str, Any]]:
-    """Two ``$match`` stages: entries by an index, with the batch documents (their level
-    beside the prefix's, their ``listed_until`` never passing); then the whole conditions,
-    which batch documents pass. The index: ``on_items``, ``prefix_recency`` on the mark of
-    the first leading level of a prefix, else on ``ROOT_MARK``; before, ``registry_levels``
-    on that level, else the live entries on ``registry_until``. SecantusDB plans neither an
-    ``$or`` nor an ``$in`` beside a range on an index."""
+def listing_matches(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
+    """Two ``$match`` stages: entries with the batch documents on ``prefix_recency``, by the
+    mark of the first leading level of a prefix, else by ``ROOT_MARK``; then the whole
+    conditions, which batch documents pass."""
     clauses = match_clauses(op.match_conditions or (), levels=LEVELS, labels=LABELS)
     live = {UNTIL: {"$gt": now}}
     level = next((c[LEVELS] for c in clauses if list(c) == [LEVELS]), None)
-    indexed: dict[str, Any]
-    if on_items:
-        mark = ROOT_MARK if level is None else SEPARATOR + level
-        indexed = {PREFIXES: {"$in": [mark, BATCH_MARK]}}
-    else:
-        indexed = live if level is None else {LEVELS: {"$in": [level, BATCHES]}}
+    mark = ROOT_MARK if level is None else SEPARATOR + level
+    indexed = {PREFIXES: {"$in": [mark, BATCH_MARK]}}
     return [
         {"$match": indexed},
         {"$match": {"$or": [{LISTED: BATCHES}, all_of([*clauses, live])]}},
     ]
 
 
-def listing_pipeline(
-    op: ListNamespacesOp, now: datetime, wanted: int, on_items: bool
-) -> list[dict[str, Any]]:
+def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[dict[str, Any]]:
     """The first ``wanted`` distinct namespaces (truncated to ``max_depth``, sorted like
     tuples) of live entries, after a group ``BATCHES`` where batch documents are left to
     fold; ``flagged`` lists a group's flagged entries, and ``unflagged`` is 1 when one of
@@ -328,7 +273,7 @@ def listing_pipeline(
         key = {"$arrayElemAt": [{"$slice": [f"${LEVELS}", op.max_depth]}, -1]}
     is_flagged = {"$eq": ["$recheck", True]}
     return [
-        *listing_matches(op, now, on_items),
+        *listing_matches(op, now),
         {
             "$group": {
                 "_id": key,
@@ -358,9 +303,7 @@ def claim_request(entry_ids: Sequence[str], version: int) -> UpdateMany:
     return UpdateMany(flagged, {"$set": {"version": version, CLAIMED: True}})
 
 
-def settled_request(
-    entry_id: str, version: int, until: datetime | None, *, on_items: bool
-) -> UpdateOne | DeleteOne:
+def settled_request(entry_id: str, version: int, until: datetime | None) -> UpdateOne | DeleteOne:
     """The exact entry after a probe: its expiry, or gone (``until`` is ``None``: no item
     left); applied only if the entry still has the ``version`` of the listing's claim.
     ``recheck`` and ``claimed`` are ``false`` as a put's pipeline writes them, so the next
@@ -370,7 +313,7 @@ def settled_request(
         return DeleteOne(selector)
     exact = {
         UNTIL: until,
-        EXPIRES: _expiry(_naive(until), on_items),
+        EXPIRES: _naive(until),
         "version": new_version(),
         "recheck": False,
         CLAIMED: False,
@@ -378,28 +321,9 @@ def settled_request(
     return UpdateOne(selector, [{"$set": exact}])
 
 
-def expired_entries(now: datetime, on_items: bool) -> dict[str, Any]:
-    """The entries whose items all expired at ``now``, on the index the layout has."""
-    expired = {UNTIL: {"$lte": now}}
-    return {PREFIXES: ROOT_MARK, **expired} if on_items else expired
-
-
-def upgrade_requests(*, recorded: bool) -> list[UpdateMany]:
-    """Moving the registry onto the items' indexes (``schema.STORE_ITEM_INDEXES_VERSION``):
-    the marks of entries and batch documents written by releases before this one, which
-    wrote none, and once the version is ``recorded`` each entry's ``expires_at`` set to its
-    ``listed_until`` (before, a release that raises ``listed_until`` alone may still write
-    here, as after an upgrade that failed before its record)."""
-    level = {"$concat": [SEPARATOR, "$$level"]}
-    levels = {"$map": {"input": f"${LEVELS}", "as": "level", "in": level}}
-    marked = {"$concatArrays": [[ROOT_MARK], levels]}
-    fields: dict[str, Any] = {PREFIXES: marked}
-    if recorded:
-        fields[EXPIRES] = f"${UNTIL}"
-    return [
-        UpdateMany({LISTED: {"$exists": True, "$ne": BATCHES}}, [{"$set": fields}]),
-        UpdateMany({LISTED: BATCHES}, {"$set": {PREFIXES: [BATCH_MARK]}}),
-    ]
+def expired_entries(now: datetime) -> dict[str, Any]:
+    """The entries whose items all expired at ``now``."""
+    return {PREFIXES: ROOT_MARK, UNTIL: {"$lte": now}}
 
 
 def joined_of(entry: str) -> str:

@@ -66,13 +66,11 @@ def ttl_indexes(info: dict[str, Any]) -> list[str]:
     return [name for name, spec in info.items() if "expireAfterSeconds" in spec]
 
 
-def assert_entry_fields(entry: dict[str, Any], on_items: bool) -> None:
+def assert_entry_fields(entry: dict[str, Any]) -> None:
     """A registry entry is found by its namespace's marks, and the items' TTL index never
-    drops it before ``listed_until``: its ``expires_at`` is ``listed_until``, or (before
-    the registry is on the items' indexes) null."""
+    drops it before ``listed_until``: its ``expires_at`` is ``listed_until``."""
     assert entry[registry.PREFIXES] == registry.marks(entry[registry.LABELS]), entry
-    expires = entry.get(registry.EXPIRES)
-    assert expires == entry[registry.UNTIL] or (not on_items and expires is None), entry
+    assert entry.get(registry.EXPIRES) == entry[registry.UNTIL], entry
 
 
 class StoreApi(AwaitableMethods):

@@ -34,11 +34,10 @@ from langgraph.store.base import PutOp
 from pymongo import MongoClient
 from pymongo.monitoring import CommandListener, CommandStartedEvent
 
-from mongo_ckpt import MongoDBSaver, schema
+from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import index_models as store_index_models
-from mongo_ckpt.store.registry import index_models as registry_index_models
 from tests.backends import MONGODB_URI, uri_for
 from tests.graphs import chat_builder, thread
 
@@ -46,7 +45,6 @@ PLANNED = (
     "find", "aggregate", "update", "delete", "count", "distinct", "findAndModify", "bulkWrite"
 )
 STORE_COLLECTION = "store"
-LEGACY_COLLECTION = "store_layout4"
 
 BACKENDS = [
     "wire",
@@ -240,6 +238,7 @@ def run_hot_paths(db: Any, recorder: Recorder) -> list[str]:
         "store search filter": lambda: store.search(("users", "1"), filter={"kind": "fact"}),
         "store list_namespaces folding": lambda: store.list_namespaces(prefix=("users",)),
         "store list_namespaces": lambda: store.list_namespaces(prefix=("users",), max_depth=2),
+        "store list_namespaces of all": lambda: store.list_namespaces(),
         "store delete": lambda: store.delete(("users", "1", "memories"), "k"),
         "store TTL sweep": store.sweep_ttl,
     }
@@ -247,31 +246,7 @@ def run_hot_paths(db: Any, recorder: Recorder) -> list[str]:
         recorder.label = label
         step()
     recorder.label = None
-    legacy = _store_before_item_indexes(db)
-    legacy.batch([PutOp(("users", str(u), "notes"), "n", {}) for u in range(registry.BATCH_FROM)])
-    legacy_steps = {
-        "store layout 4 list_namespaces folding": lambda: legacy.list_namespaces(prefix=("users",)),
-        "store layout 4 list_namespaces": lambda: legacy.list_namespaces(),
-        "store layout 4 TTL sweep": legacy.sweep_ttl,
-    }
-    for label, step in legacy_steps.items():
-        recorder.label = label
-        step()
-    recorder.label = None
-    return [turn_label, *steps, *store_steps, *legacy_steps]
-
-
-def _store_before_item_indexes(db: Any) -> MongoDBStore:
-    """A store on a collection at layout 4, with the registry's own indexes, as the
-    release before the registry moved onto the items' indexes left it."""
-    MongoDBStore(db.client, db.name, collection_name=LEGACY_COLLECTION).setup()
-    db[LEGACY_COLLECTION].create_indexes(registry_index_models(on_items=False))
-    key = {"_id": schema.store_key(LEGACY_COLLECTION)}
-    db[schema.SCHEMA_COLLECTION].update_one(key, {"$set": {"version": 4}})
-    store = MongoDBStore(db.client, db.name, collection_name=LEGACY_COLLECTION)
-    store.setup()
-    assert store.ops.batched and not store.ops.on_items
-    return store
+    return [turn_label, *steps, *store_steps]
 
 
 def plans(
@@ -327,11 +302,5 @@ def test_every_declared_index_is_read(recorded: tuple[Any, Recorder, bool]) -> N
         (collection, model.document["name"])
         for collection, models in index_models(Layout()).items()
         for model in models
-    } | {
-        (STORE_COLLECTION, model.document["name"])
-        for model in [*store_index_models(), *registry_index_models(on_items=True)]
-    } | {
-        (LEGACY_COLLECTION, model.document["name"])
-        for model in registry_index_models(on_items=False)
-    }
+    } | {(STORE_COLLECTION, model.document["name"]) for model in store_index_models()}
     assert declared <= used, f"indexes no hot-path query reads: {declared - used}"

@@ -1,8 +1,8 @@
-"""Batch documents (store layout version 4): a batch putting into ``registry.BATCH_FROM``
+"""Batch documents: a batch putting into ``registry.BATCH_FROM``
 namespaces or more names them in one document instead of one registry statement each, and
 every listing folds batch documents into the entries before it reads them. What a batch
 leaves, what a listing makes of it, a fold cut part way or run twice, a shorter TTL named
-by a batch, and the layout gate. The races of batch documents with deletes, puts and a
+by a batch. The races of batch documents with deletes, puts and a
 listing are in ``tests/test_store_registry.py``."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 
 from langgraph.store.base import PutOp
 
-from mongo_ckpt.schema import SCHEMA_COLLECTION, read_version, store_key
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.namespaces import joined
 from mongo_ckpt.store.reading import ONLY_ITEMS
@@ -24,7 +23,7 @@ NAMES = [("users", f"u{i}", "memories") for i in range(registry.BATCH_FROM + 2)]
 
 
 def _batches(store: MongoDBStore) -> list[dict[str, Any]]:
-    return list(store.collections["store"].find(registry.batches_query(store.ops.on_items)))
+    return list(store.collections["store"].find(registry.BATCHES_QUERY))
 
 
 def _entries(store: MongoDBStore) -> dict[str, dict[str, Any]]:
@@ -37,7 +36,6 @@ def test_a_batch_into_many_namespaces_leaves_one_batch_document_for_the_listing(
 ) -> None:
     store = make_store()
     store.setup()
-    assert store.ops.batched
     store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])
     (batch,) = _batches(store)
     assert [tuple(labels) for labels, _, _ in batch["named"]] == NAMES
@@ -119,26 +117,6 @@ def test_a_put_cut_before_its_batch_document_is_listed_once_retried(make_store: 
     assert _listed(store) == []
     store.batch(puts)
     assert _listed(store) == NAMES == _truth(store)
-
-
-def test_existing_data_sends_batch_documents_after_upgrade(make_store: Any) -> None:
-    """A collection recorded at layout 3 (the release before batch documents wrote it):
-    ``setup()`` keeps it, and batches send entry statements until ``upgrade()``."""
-    store = make_store()
-    store.put(NAMES[0], "k", {"v": 1})
-    versions = store.db[SCHEMA_COLLECTION]
-    versions.update_one({"_id": store_key("store")}, {"$set": {"version": 3}})
-    beside = make_store()
-    beside.setup()
-    assert (read_version(beside.db, store_key("store")), beside.ops.batched) == (3, False)
-    assert beside.ops.quiet
-    beside.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])
-    assert _batches(beside) == []
-    beside.upgrade()
-    assert beside.ops.batched
-    beside.batch([PutOp(ns, "b", {"v": 1}) for ns in NAMES])
-    assert len(_batches(beside)) == 1
-    assert _listed(beside) == NAMES
 
 
 def test_a_batch_naming_more_than_a_document_holds_writes_several(

@@ -149,13 +149,14 @@ def test_a_listing_settles_every_flagged_namespace_in_two_commands(
     them back in one bulk write (an ``update`` and a ``delete`` command), whatever their
     number. A batch into that many namespaces is one command, its items and its batch
     document; the listing folds batch documents first (a ``find``, then one bulk write: the
-    entries' ``update`` and the batch documents' ``delete``). Before layout version 4 the
-    batch sends an entry statement per namespace instead (an ``update`` command more)."""
+    entries' ``update`` and the batch documents' ``delete``). A batch into fewer than
+    ``batch_from`` namespaces sends an entry statement per namespace instead (an
+    ``update`` command more)."""
     store, listener = counted
     store.setup()
-    store.ops.batched = batched
-    folding = ["aggregate", "find", "update", "delete"] if batched else []
     names = [("users", f"{i}") for i in range(10)]
+    store.ops.batch_from = 1 if batched else len(names) + 1
+    folding = ["aggregate", "find", "update", "delete"] if batched else []
     batch = [PutOp(ns, "k", {"v": 0}) for ns in names]
     assert _commands(store, listener, lambda: store.batch(batch)) == (
         ["insert"] if batched else ["insert", "update"]

@@ -6,15 +6,12 @@ batches of puts, deletes and gets (single puts, small batches in update pipeline
 batches sent insert-first that meet stored items, several writes to one key, short and
 long TTLs), searches that refresh TTLs, a namespace emptied, the same batch again, two
 live instances taking turns (a second worker behind a load balancer), a new instance
-(cold), a collection that starts at store layout version 2 (puts moving every registry
-entry's version), 3 (quiet puts, no batch documents) or 4 (the registry on indexes of its
-own) and is upgraded while the other instance still writes the older way, batches into
-two namespaces or more sending batch documents from layout 4 on (which listings fold),
-client clocks minutes apart, listings (which settle the namespace registry), the
-TTL sweep, a call cut at a random step (before it is sent, in the middle of its bulk
-write, or with its reply lost) and then sent again with the same values or with others,
-and the other instance's batch landing before a chosen call of an operation (e.g. between
-a listing's probe and its settling write).
+(cold), ``upgrade()`` beside the other instance's writes, batches into two namespaces or
+more sending batch documents (which listings fold), client clocks minutes apart, listings
+(which settle the namespace registry), the TTL sweep, a call cut at a random step (before
+it is sent, in the middle of its bulk write, or with its reply lost) and then sent again
+with the same values or with others, and the other instance's batch landing before a
+chosen call of an operation (e.g. between a listing's probe and its settling write).
 
 Time is modelled per clock: an item put by a clock ``w`` seconds off with a TTL of ``t``
 expires at ``w + t``, and a reader whose clock is ``r`` off sees it while ``w + t > r``.
@@ -61,7 +58,6 @@ from langgraph.store.base import GetOp, Item, Op, PutOp
 from langgraph.store.memory import InMemoryStore
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt.schema import SCHEMA_COLLECTION, STORE_ITEM_INDEXES_VERSION, store_key
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.documents import FOREVER, INSERTS_FROM
 from tests.backends import sync_client
@@ -105,8 +101,7 @@ LISTINGS = st.sampled_from([(None, None), (("users",), 2), (("users", "ada"), No
 CHECKED = dict.fromkeys(
     ["states", "items", "cut", "landed", "landed in a listing", "refused inserts",
      "settles", "hidden by a TTL", "maybe gone", "created_at kept", "empty namespaces",
-     "quiet beside moving", "folds", "batched beside entry statements",
-     "on the items' indexes beside the registry's own"], 0
+     "folds"], 0
 )
 # What a default run must have exercised: a run short of one of them tests less than it says.
 REQUIRED = ["cut", "landed", "landed in a listing", "refused inserts", "settles", "folds",
@@ -239,11 +234,10 @@ class StoreModel(RuleBasedStateMachine):
         self.last: list[Op] | None = None
         self.started = time.monotonic()
         self.steps: list[str] = []
-        self.expiring_entries = True
 
     def _instance(self) -> MongoDBStore:
         """A store on the collection whose batches into two namespaces or more send batch
-        documents where its layout allows them."""
+        documents."""
         store = MongoDBStore(self.client, self.db_name)
         store.ops.batch_from = 2
         return store
@@ -357,32 +351,18 @@ class StoreModel(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------
 
-    @initialize(layout=st.sampled_from([2, 3, 4, 5]))
-    def start(self, layout: int) -> None:
+    @initialize()
+    def start(self) -> None:
         self.peer_offset = 180  # the other instance's clock starts 3 minutes ahead
         self.store.setup()
-        # Every entry has an expires_at while no instance ever ran on an older layout.
-        self.expiring_entries = layout >= STORE_ITEM_INDEXES_VERSION
-        if layout < STORE_ITEM_INDEXES_VERSION:  # as a release before this one left it
-            self.steps.append(f"layout {layout}")
-            collection = self.store.collections["store"]
-            collection.create_indexes(registry.index_models(on_items=False))
-            versions = self.client[self.db_name][SCHEMA_COLLECTION]
-            versions.update_one({"_id": store_key("store")}, {"$set": {"version": layout}})
-            self.store = self._instance()
-            self.store.setup()
         self.peer.setup()
 
     @rule()
     def upgrade(self) -> None:
-        """``store.upgrade()`` on one instance: it puts quietly, sends batch documents and
-        lists on the items' indexes at once, the other one keeps writing the older way until
-        it reads the version again (a minute later, longer than a run) or is set up again."""
+        """``store.upgrade()`` on one instance (it records the version again): nothing the
+        other one writes or reads changes."""
         self.steps.append("upgrade")
         self.store.upgrade()
-        CHECKED["quiet beside moving"] += not self.peer.ops.quiet
-        CHECKED["batched beside entry statements"] += not self.peer.ops.batched
-        CHECKED["on the items' indexes beside the registry's own"] += not self.peer.ops.on_items
 
     @rule(writes=BATCH, other_value=st.booleans())
     def write(self, writes: list[tuple[Any, ...]], other_value: bool) -> None:
@@ -587,7 +567,7 @@ class StoreModel(RuleBasedStateMachine):
                     f"registry entry of {ns!r}: {entry}, named {named.get(ns)}, items until {until}"
                 )
         for ns, entry in entries.items():
-            assert_entry_fields(entry, on_items=self.expiring_entries)
+            assert_entry_fields(entry)
             until = entry[registry.UNTIL]
             # A batch document not folded yet: its fold flags the entry where it differs.
             folded_flag = ns in named and (until < named[ns] or until > earliest[ns])
@@ -669,10 +649,4 @@ def test_store_matches_its_model() -> None:
 @pytest.mark.parametrize("backend", ["mock", "wire"])
 def test_store_matches_its_model_long(backend: str) -> None:
     checked = _run(backend, examples=120 if backend == "mock" else 80, steps=50)
-    long_run = [
-        *REQUIRED,
-        "quiet beside moving",
-        "batched beside entry statements",
-        "on the items' indexes beside the registry's own",
-    ]
-    assert all(checked[name] for name in long_run), checked
+    assert all(checked[name] for name in REQUIRED), checked

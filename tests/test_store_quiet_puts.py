@@ -1,8 +1,6 @@
-"""Quiet puts (store layout version 3): a put into a namespace whose registry entry needs no
-change leaves the entry as it was, and moves its ``version`` only when a listing has
-claimed it. ``setup()`` records version 3 only on an empty collection; on existing data
-``upgrade()`` does, once no release that settles without claiming is left. The races of
-both layouts, and of the previous release's listing beside this release's puts, are in
+"""Quiet puts: a put into a namespace whose registry entry needs no change leaves the entry
+as it was, and moves its ``version`` only when a listing has claimed it; ``mongo-ckpt
+upgrade --store`` on a store. The races of puts and listings are in
 ``tests/test_store_registry.py``."""
 
 from __future__ import annotations
@@ -32,61 +30,14 @@ def _entry(store: MongoDBStore) -> dict[str, Any]:
     return dict(entry)
 
 
-def _layout(store: MongoDBStore) -> int | None:
-    return read_version(store.db, store_key("store"))
-
-
-def _as_layout_2(store: MongoDBStore) -> None:
-    _as_layout_2_of(store, "store")
-
-
-def _as_layout_2_of(store: MongoDBStore, collection: str) -> None:
-    """The version a release reading layout 2 recorded."""
-    versions = store.db[SCHEMA_COLLECTION]
-    versions.update_one({"_id": store_key(collection)}, {"$set": {"version": 2}})
-
-
-def test_a_new_collection_has_quiet_puts_and_existing_data_waits_for_upgrade(
-    make_store: Any,
-) -> None:
-    store = make_store()
-    store.setup()
-    assert (_layout(store), store.ops.quiet) == (STORE_SCHEMA_VERSION, True)
-    store.put(NS, "a", {"v": 1})
-    _as_layout_2(store)
-    beside = make_store()
-    beside.setup()
-    assert (_layout(beside), beside.ops.quiet) == (2, False)
-    beside.upgrade()
-    assert (_layout(beside), beside.ops.quiet) == (STORE_SCHEMA_VERSION, True)
-    later = make_store()
-    later.setup()
-    assert later.ops.quiet
-    assert later.list_namespaces() == [NS]
-    beside.upgrade()  # idempotent
-    assert _layout(beside) == STORE_SCHEMA_VERSION
-
-
-@pytest.mark.parametrize("layout", [STORE_SCHEMA_VERSION, 2])
-def test_a_put_into_a_settled_namespace_leaves_its_entry_as_it_was(
-    make_store: Any, layout: int
-) -> None:
+def test_a_put_into_a_settled_namespace_leaves_its_entry_as_it_was(make_store: Any) -> None:
     store = make_store()
     store.put(NS, "a", {"v": 1})
-    if layout == 2:
-        _as_layout_2(store)
-        store = make_store()
-        store.setup()
     assert store.list_namespaces() == [NS]  # settles the new entry
     before = _entry(store)
     store.put(NS, "b", {"v": 2})
     store.put(NS, "a", {"v": 3})
-    after = _entry(store)
-    if layout != 2:
-        assert after == before
-    else:
-        assert after.pop("version") != before.pop("version")
-        assert after == before
+    assert _entry(store) == before
     assert store.list_namespaces() == [NS]
 
 
@@ -142,34 +93,34 @@ def wire_store(db_name: str) -> Iterator[tuple[MongoDBStore, Replies]]:
     client.close()
 
 
-@pytest.mark.parametrize("layout", [STORE_SCHEMA_VERSION, 2])
 def test_the_server_writes_one_document_for_a_quiet_put(
-    wire_store: tuple[MongoDBStore, Replies], layout: int
+    wire_store: tuple[MongoDBStore, Replies],
 ) -> None:
     """On the wire server: a put over an item of a settled namespace modifies the item
-    only from layout 3 on, the item and its entry on layout 2."""
+    only."""
     store, replies = wire_store
     store.put(NS, "a", {"v": 1})
-    if layout == 2:
-        _as_layout_2(store)
-        store = MongoDBStore(store.client, store.db.name)
-        store.setup()
     store.list_namespaces()
     replies.modified.clear()
     store.put(NS, "a", {"v": 2})
-    assert replies.modified == [1 if layout != 2 else 2]
+    assert replies.modified == [1]
 
 
-def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) -> None:
+def test_mongo_ckpt_upgrade_store_records_the_version_and_changes_nothing(
+    client: Any, db_name: str
+) -> None:
     store = MongoDBStore(client, db_name, collection_name="memories")
     store.put(NS, "a", {"v": 1})
-    _as_layout_2_of(store, "memories")
+    stored = list(store.collections["store"].find({}))
     refused = invoke(client, "upgrade", "--db", db_name, "--store", "system.x")
     assert refused.exit_code == 2 and "is not a MongoDB collection name" in refused.output
     result = invoke(client, "upgrade", "--db", db_name, "--store", "memories")
     assert result.exit_code == 0, result.output
-    expected = f"{db_name}.memories: layout version 2 -> version {STORE_SCHEMA_VERSION}"
+    expected = f"{db_name}.memories: layout version {STORE_SCHEMA_VERSION} -> version " + str(
+        STORE_SCHEMA_VERSION
+    )
     assert result.output.strip() == expected
+    assert list(store.collections["store"].find({})) == stored
     again = invoke(client, "upgrade", "--db", db_name, "--store", "memories", "--json")
     assert json.loads(again.output) == {
         "command": "upgrade", "db": db_name, "status": "done", "collection": "memories",
@@ -177,7 +128,7 @@ def test_mongo_ckpt_upgrade_store_records_quiet_puts(client: Any, db_name: str) 
     }
     later = MongoDBStore(client, db_name, collection_name="memories")
     later.setup()
-    assert later.ops.quiet and later.list_namespaces() == [NS]
+    assert later.list_namespaces() == [NS]
     client.drop_database(db_name)
 
 

@@ -4,12 +4,11 @@ of a namespace and the listing that settles its entry.
 
 The race test steps two writers (a delete and a put of the last item of one namespace) and
 a lister call by call, each bulk write split into its requests, on mock: through every
-interleaving in the exhaustive tier, random ones otherwise; with
-batch documents (layout 4, one for every put), quiet puts (layout 3), puts moving every
-version (layout 2), and the previous release's listing beside layout-2 puts. After each run
-every unflagged entry is exact (unless folding a batch document naming it flags it), the
-listing equals the items, and this release's lister's own answer was true at some moment
-while it ran. A threaded stress does the same on the wire server.
+interleaving in the exhaustive tier, random ones otherwise; with batch documents (one for
+every put) and with entry statements. After each run every unflagged entry is exact (unless
+folding a batch document naming it flags it), the listing equals the items, and the
+lister's own answer was true at some moment while it ran. A threaded stress does the same
+on the wire server.
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ from typing import Any
 
 import pytest
 from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp
-from pymongo import DeleteOne, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from mongo_ckpt import SchemaUpgradeRequired, schema
-from mongo_ckpt.calls import Call, Operation, aggregate, bulk_write, find
+from mongo_ckpt.calls import Call, Operation
 from mongo_ckpt.drivers import execute
-from mongo_ckpt.layout import STORE
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from mongo_ckpt.store.vectors import Embedded
@@ -171,12 +168,16 @@ def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) ->
     assert _listed(store) == [NS]
 
 
-@pytest.mark.parametrize("recorded", [None, 1], ids=["unrecorded", "version 1"])
+@pytest.mark.parametrize(
+    "recorded",
+    [None, 1, schema.STORE_SCHEMA_VERSION - 1],
+    ids=["unrecorded", "version 1", "the version before"],
+)
 async def test_items_of_a_pre_release_layout_are_refused(
     store_api: Any, recorded: int | None
 ) -> None:
-    """Items without a registry (a development build's layout 1, recorded or not): setup
-    refuses them, writing nothing, where an earlier build rebuilt the registry."""
+    """Items of a development build's layout (without a registry, recorded or not, or at an
+    earlier version): setup refuses them, writing nothing."""
     await store_api.put(NS, "a", {"v": 1})
     collection = store_api.store.collections["store"]
     await maybe_await(collection.delete_many({registry.LISTED: {"$exists": True}}))
@@ -190,7 +191,8 @@ async def test_items_of_a_pre_release_layout_are_refused(
     again = StoreApi(type(store_api.store)(store_api.store.client, store_api.store.db.name))
     with pytest.raises(SchemaUpgradeRequired, match="written by a development build"):
         await again.setup()
-    with pytest.raises(SchemaUpgradeRequired, match="reads layout versions 2 to"):
+    only = f"reads layout version {schema.STORE_SCHEMA_VERSION} only"
+    with pytest.raises(SchemaUpgradeRequired, match=only):
         await again.put(NS, "b", {"v": 2})
     assert await maybe_await(collection.count_documents({})) == before
     assert schema.version_of(await maybe_await(versions.find_one(key))) == recorded
@@ -276,7 +278,7 @@ def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
             named[key] = (max(before[0], latest), min(before[1], earliest))
     for entry in entries:
         until = entry[registry.UNTIL]
-        assert_entry_fields(entry, store.ops.on_items)
+        assert_entry_fields(entry)
         listed = until.replace(tzinfo=now.tzinfo) > now
         pending = named.get(entry[registry.LISTED])
         # The fold of a batch document naming it flags the entry where it differs.
@@ -297,45 +299,14 @@ def registry_key(namespace: tuple[str, ...]) -> str:
     return "\x00".join(namespace)
 
 
-def _previous_listing(store: MongoDBStore) -> Operation[Any]:
-    """The listing of the release before claims (store layout version 2), which settles
-    flagged entries by reading their ``version``, probing their items and writing the
-    exact entry only if the ``version`` is still the one it read."""
-    now = documents.utc_now()
-    pipeline = registry.listing_pipeline(LISTING, now, 10, on_items=False)
-    groups = yield from aggregate(STORE, pipeline)
-    flagged = sorted({e for g in groups if not g["unflagged"] for e in g["flagged"] if e})
-    if flagged:
-        entries = yield from find(STORE, {"_id": {"$in": flagged}})
-        joined = [entry[registry.LISTED] for entry in entries]
-        found = yield from aggregate(STORE, registry.probe_pipeline(joined))
-        latest = {doc["_id"]: doc["until"] for doc in found if doc["until"]}
-        settled: list[Any] = []
-        for entry in entries:
-            until = latest.get(entry[registry.LISTED])
-            read = {"_id": entry["_id"], "version": entry.get("version")}
-            exact = {"$set": {registry.UNTIL: until, "version": registry.new_version()}}
-            unflag = {"$unset": {"recheck": ""}}
-            settled.append(DeleteOne(read) if until is None else UpdateOne(read, exact | unflag))
-        if settled:
-            yield from bulk_write(STORE, settled, ordered=False)
-    return (yield from aggregate(STORE, pipeline))
-
-
 class Race:
     """Two writers and a lister on one namespace whose last item is ``k``, replayed from
-    the start for every schedule. ``previous``: the lister is the previous release's
-    (its answer is not checked, only what it leaves)."""
+    the start for every schedule."""
 
     def __init__(
-        self,
-        store: MongoDBStore,
-        writers: tuple[list[Op], list[Op]],
-        beside: bool,
-        previous: bool = False,
+        self, store: MongoDBStore, writers: tuple[list[Op], list[Op]], beside: bool
     ) -> None:
         self.store = store
-        self.previous = previous
         store.put(NS, "k", {"v": 1})
         self.beside = {"j"} if beside else set()
         if beside:  # an item expiring in five minutes: the entry must not outlast it
@@ -350,12 +321,7 @@ class Race:
         collection = self.store.collections["store"]
         collection.delete_many({})
         collection.insert_many([dict(doc) for doc in self.start])
-        operations = [_operation(self.store, ops) for ops in self.actors[:2]]
-        if self.previous:
-            lister = _previous_listing(self.store)
-        else:
-            lister = _operation(self.store, [LISTING])
-        run = Run([Stepper(operation) for operation in [*operations, lister]])
+        run = Run([Stepper(_operation(self.store, ops)) for ops in self.actors])
         for actor in schedule:
             run.step(actor, self.store.collections)
         return run
@@ -404,9 +370,8 @@ class Race:
         self.schedules += 1
         self.steps = max(self.steps, len(run.schedule))
         _entries_are_exact(self.store, run.schedule)
-        if not self.previous:
-            answer = run.actors[2].result[0]
-            assert (answer == [NS]) in self.linearizable(run.spans()), (run.schedule, answer)
+        answer = run.actors[2].result[0]
+        assert (answer == [NS]) in self.linearizable(run.spans()), (run.schedule, answer)
         assert _listed(self.store) == _truth(self.store)
         assert _listed(self.store) == _truth(self.store)
 
@@ -436,16 +401,8 @@ class Run:
 SAMPLED = 100
 
 
-# The lister and the layout the writers run on (previous, quiet, batch documents, registry
-# on the items' indexes): this release's on layout versions 5 (batch documents even for
-# one namespace), 3 and 2, the previous release's beside this one's puts on layout version
-# 2 (a rolling deployment).
-LISTERS = {
-    "batch documents": (False, True, True, True),
-    "quiet puts": (False, True, False, False),
-    "moving versions": (False, False, False, False),
-    "previous release's listing": (True, False, False, False),
-}
+# From how many namespaces a batch sends a batch document: every put does, or none here.
+LISTERS = {"batch documents": 1, "entry statements": registry.BATCH_FROM}
 
 
 @pytest.mark.parametrize(
@@ -462,9 +419,8 @@ def test_interleavings_of_the_last_items_writes_and_a_listing(
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)
     store.setup()
-    previous, store.ops.quiet, store.ops.batched, store.ops.on_items = LISTERS[lister]
-    store.ops.batch_from = 1
-    race = Race(store, SCENARIOS[scenario], beside, previous)
+    store.ops.batch_from = LISTERS[lister]
+    race = Race(store, SCENARIOS[scenario], beside)
     rng = random.Random(f"{scenario} {put_shape} {beside}")
     if not every:
         race.sample(rng, SAMPLED)
@@ -475,47 +431,24 @@ def test_interleavings_of_the_last_items_writes_and_a_listing(
     client.drop_database(db_name)
 
 
-def test_quiet_puts_beside_a_listing_that_does_not_claim_can_leave_an_entry_wrong(
-    db_name: str,
-) -> None:
-    """Why quiet puts wait for ``upgrade()``: the previous release's listing probes a
-    namespace, a put lands whose entry needs no change, and the listing's settle, still
-    on the version it read, writes an entry that misses the put's item. Some schedule of
-    a delete, a put and that listing finds it."""
-    client = sync_client("mock")
-    store = MongoDBStore(client, db_name)
-    store.setup()
-    assert store.ops.quiet
-    race = Race(store, SCENARIOS["delete k, put j"], False, previous=True)
-    rng = random.Random(0)
-    with pytest.raises(AssertionError):
-        race.sample(rng, SAMPLED)
-    client.drop_database(db_name)
-
-
 def test_threaded_writers_and_listers_on_wire(db_name: str) -> None:
-    """Four writers and two listers in threads; one writer's store puts quietly, one sends
-    batch documents (two namespaces at a time), the others move every version (set up
-    before an upgrade)."""
+    """Four writers and two listers in threads; two writers' store sends entry statements,
+    the others' batch documents (two namespaces at a time)."""
     from pymongo import MongoClient
 
     client: MongoClient[Any] = MongoClient(uri_for("wire"), directConnection=True)
     store = MongoDBStore(client, db_name)
     store.setup()
-    store.ops.batched = False
     batched = MongoDBStore(client, db_name)
     batched.setup()
     batched.ops.batch_from = 2
-    moving = MongoDBStore(client, db_name)
-    moving.setup()
-    moving.ops.quiet = moving.ops.batched = False
     names = [("race", f"n{i}") for i in range(3)]
     errors: list[BaseException] = []
     listings: list[int] = []
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
-        mine = [store, batched, moving, moving][seed]
+        mine = [store, batched][seed % 2]
         try:
             for _ in range(40):
                 ns, other, third = rng.sample(names, 3)

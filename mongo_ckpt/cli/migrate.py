@@ -276,18 +276,12 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 
 
 @click.command(
-    short_help="record the current layout version (a store's: upgrade its data to it)",
+    short_help="record the current layout version",
     help=(
-        "Set the checkpoint collections up and record the layout version of this "
-        "mongo-ckpt. They have one layout: a database this release set up is at it "
-        "already, and data of a pre-release layout is refused, nothing written. With "
-        "--store, the store collection instead: record that every "
-        "writer claims registry entries before settling them, folds batch documents and "
-        "keeps an entry's expires_at its listed_until, so puts into a namespace leave its "
-        "entry unwritten when it needs no change, batches into many namespaces send one "
-        "batch document, and the registry moves onto the items' indexes (its own are "
-        "dropped); other stores of this release follow within a minute. Run it "
-        "once no process of an earlier release is left (after a rolling upgrade). Idempotent."
+        "Set the checkpoint collections (with --store, the store collection) up and record "
+        "the layout version of this mongo-ckpt. Each has one layout: a database this "
+        "release set up is at it already, and data of a pre-release layout is refused, "
+        "nothing written. Idempotent."
     ),
 )
 @click.option(

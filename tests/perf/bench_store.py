@@ -517,14 +517,12 @@ def put_shapes(repeat: int) -> str:
     wall time on a shared machine) of one ordered ``bulk_write`` of 1,000 puts into a new
     collection, by write shape and by the secondary indexes on the collection."""
     items = documents.index_models()
-    before = [*items, *registry.index_models(on_items=False)]  # layout 4
     official = [IndexModel([("namespace_str", 1), ("key", 1)], unique=True)]
     cases: list[tuple[str, Callable[[Any], list[Any]], list[IndexModel]]] = [
         (OFFICIAL, lambda now: [official_put(i, now) for i in range(INGEST_BATCH)], official),
         ("mongo-ckpt, update pipelines (batches of 1–7 puts)", our_puts("pipeline"), items),
         ("mongo-ckpt, plain updates (after a refused insert)", our_puts("plain"), items),
         ("mongo-ckpt, inserts (batches of 8 puts or more)", our_puts("insert"), items),
-        ("mongo-ckpt layout 4, inserts", our_puts("insert"), before),
         ("mongo-ckpt, inserts", our_puts("insert"), items[:1]),
     ]
     lines = ["| 1,000 puts | secondary indexes | median CPU ms |", "|---|---|---:|"]
@@ -567,10 +565,7 @@ def registry_writes(repeat: int) -> str:
         return [documents.insert_request(f, now) for f in fields]
 
     def entries(spaces: list[tuple[str, ...]], round_: int) -> list[Any]:
-        return [
-            registry.put_request(ns, [documents.FOREVER], quiet=True, on_items=True)
-            for ns in spaces
-        ]
+        return [registry.put_request(ns, [documents.FOREVER]) for ns in spaces]
 
     def one_document(spaces: list[tuple[str, ...]], round_: int) -> list[Any]:
         return [*registry.batch_requests({ns: [documents.FOREVER] for ns in spaces})]
@@ -604,7 +599,6 @@ def registry_writes(repeat: int) -> str:
 # of the scaled benchmark's puts (the listings and searches they serve are not run).
 INDEX_VARIANTS: list[tuple[str, list[IndexModel], set[str]]] = [
     ("mongo-ckpt", [], set()),
-    ("mongo-ckpt, with the registry's own indexes (layout 4)", registry.index_models(False), set()),
     ("mongo-ckpt, without prefix_recency", [], {"prefix_recency"}),
 ]
 
