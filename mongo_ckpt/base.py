@@ -309,10 +309,11 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self._run(self._setup_once(), SpanInfo("setup"))
 
     def upgrade(self) -> None:
-        """Set up, then record this release's layout version (idempotent; with one layout
-        there is nothing to rewrite)."""
+        """Set up, then take the data up every layout version of this release, those only an
+        upgrade takes included (``schema.LADDERS``; idempotent; with one layout there is
+        nothing to do)."""
         self._is_setup = False
-        self._run(self.ops.upgrade(), SpanInfo("upgrade"))
+        self._run(self.ops.upgrade(self.db.name), SpanInfo("upgrade"))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
@@ -424,7 +425,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
     async def aupgrade(self) -> None:
         """Async ``upgrade``."""
         self._is_setup = False
-        await self._arun(self.ops.upgrade(), SpanInfo("upgrade"))
+        await self._arun(self.ops.upgrade(self.db.name), SpanInfo("upgrade"))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""

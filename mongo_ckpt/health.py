@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from mongo_ckpt.layout import Layout, index_models
 from mongo_ckpt.official import migrate_command
-from mongo_ckpt.schema import PRE_RELEASE_FIX
+from mongo_ckpt.schema import PRE_RELEASE_FIX, Ladder
 
 Status = Literal["ok", "warn", "fail"]
 SETUP_FIX = "run `mongo-ckpt doctor --fix` (it creates the indexes layout.py defines)"
@@ -125,11 +125,13 @@ def ttl(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[Finding]:
 
 
 def schema_version(
-    found: int | None, current: int, stored_by: str | None, db_name: str
+    found: int | None, ladder: Ladder, stored_by: str | None, db_name: str
 ) -> Finding:
-    """The layout version recorded for the saver (``found``) against the ``current`` one
-    this release reads; ``stored_by``: who wrote the checkpoints (``inspection.stored_by``)."""
+    """The layout version recorded for the saver (``found``) against the versions this
+    release reads (``ladder``); ``stored_by``: who wrote the checkpoints
+    (``inspection.stored_by``)."""
     check = "schema version"
+    current = ladder.current
     pre_release = f"a development build wrote it before the first release: {PRE_RELEASE_FIX}"
     if found == current:
         return Finding(check, "ok", f"version {found} (current)")
@@ -137,6 +139,14 @@ def schema_version(
         return Finding(
             check, "fail", f"version {found}, newer than version {current} this mongo-ckpt reads",
             "upgrade mongo-ckpt to a newer release before reading this data",
+        )
+    if found is not None and found >= ladder.oldest:
+        upgrade = f"`mongo-ckpt upgrade --db {db_name}`"
+        by_setup = len(ladder.above(found, upgrade=False)) == len(ladder.above(found, upgrade=True))
+        return Finding(
+            check, "warn", f"version {found}, older than the current {current}",
+            f"the next setup() takes it there, or {upgrade}" if by_setup
+            else f"{upgrade} once no process of an earlier release is left",
         )
     if found is not None:
         return Finding(

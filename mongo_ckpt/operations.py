@@ -192,8 +192,10 @@ class CheckpointOperations:
         another process recorded since the read: ``schema.record_first``). Refused with
         ``SchemaUpgradeRequired``, nothing written: langgraph-checkpoint-mongodb's
         collections (``mongo-ckpt migrate`` converts them), and data of a pre-release
-        layout, recorded below the current version or not recorded at all. A newer
-        version raises ``SchemaTooNewError`` (``schema.read``).
+        layout, recorded below the oldest version this release reads or not recorded at
+        all. A newer version raises ``SchemaTooNewError`` (``schema.read``). Data at an
+        older version it reads is taken up the ladder as far as setup may
+        (``schema.climb``).
         """
         key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
         found = yield from schema.read(key, where)
@@ -209,16 +211,16 @@ class CheckpointOperations:
             if stored:
                 raise schema.pre_release(key, where, None)
             yield from self.create_indexes()
-            found = yield from schema.record_first(
-                key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION, where
-            )
-        if found < schema.SAVER_SCHEMA_VERSION:
-            raise schema.pre_release(key, where, found)
+            found = yield from schema.record_first(key, self.layout.by_logical(), where)
+        yield from schema.climb(key, where, found, self.layout.by_logical(), self)
 
-    def upgrade(self) -> Operation[None]:
-        """Record the current layout version (after ``setup``, which refused any other)."""
-        key = schema.saver_key(self.layout.checkpoints)
-        yield from schema.record(key, self.layout.by_logical(), schema.SAVER_SCHEMA_VERSION)
+    def upgrade(self, db_name: str) -> Operation[None]:
+        """The layout taken up every rung of its ladder (``schema.climb``), those only an
+        upgrade takes included (after ``setup``, which refused what this release cannot)."""
+        key, where = schema.saver_key(self.layout.checkpoints), self._where(db_name)
+        found = yield from schema.read(key, where)
+        if found is not None:
+            yield from schema.climb(key, where, found, self.layout.by_logical(), self, upgrade=True)
 
     @property
     def compressing(self) -> bool:

@@ -21,7 +21,9 @@ and compressed values whose type tag names the compression (``payload.split``).
 
 The next layout follows the same rule: an encoding added to stored values is named in
 their type tag (``msgpack+zlib``), so a reader that does not know it fails loudly
-instead of misreading.
+instead of misreading. It is one ``Rung`` of its kind's ``Ladder`` (``LADDERS``) and, when
+existing data changes, one step method on the kind's operations; ``climb`` runs the steps
+for ``setup()`` and ``upgrade()`` of both kinds.
 
 The store reads and writes one layout, version 5 (1 to 4 were development builds), the
 same way: recorded on new collections, anything else of ours refused. Version 5 is: the
@@ -32,6 +34,7 @@ puts and batch documents.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -41,9 +44,51 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import SCHEMA as SCHEMA  # logical name, in ``saver.collections``
 from mongo_ckpt.layout import SCHEMA_COLLECTION as SCHEMA_COLLECTION
 
-SAVER_SCHEMA_VERSION = 7
-STORE_SCHEMA_VERSION = 5
-SCHEMA_VERSION = {"saver": SAVER_SCHEMA_VERSION, "store": STORE_SCHEMA_VERSION}
+
+@dataclass(frozen=True)
+class Rung:
+    """A layout version this release reads. ``step``: the name of the operations' method
+    that rewrites existing data in place to reach it (``None``: nothing to rewrite);
+    ``by_setup``: whether ``setup()`` takes existing data there by itself, or only
+    ``upgrade()`` (run once no process of a release that cannot read it is left; until
+    then this release must write what the version below it reads)."""
+
+    version: int
+    step: str | None = None
+    by_setup: bool = True
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The layout versions of one kind this release reads, oldest first; new collections
+    get the last."""
+
+    rungs: tuple[Rung, ...]
+
+    @property
+    def oldest(self) -> int:
+        return self.rungs[0].version
+
+    @property
+    def current(self) -> int:
+        return self.rungs[-1].version
+
+    def above(self, found: int, *, upgrade: bool) -> list[Rung]:
+        """The rungs to climb from ``found``: on ``upgrade`` every one above it, on setup
+        those below the first that only ``upgrade()`` takes."""
+        climbed = []
+        for rung in (r for r in self.rungs if r.version > found):
+            if not (upgrade or rung.by_setup):
+                break
+            climbed.append(rung)
+        return climbed
+
+
+# One layout each before the first release; a new layout is one rung here and, when data
+# changes, one step method on the kind's operations.
+LADDERS = {"saver": Ladder((Rung(7),)), "store": Ladder((Rung(5),))}
+SAVER_SCHEMA_VERSION = LADDERS["saver"].current
+STORE_SCHEMA_VERSION = LADDERS["store"].current
 
 
 class SchemaTooNewError(MongoCkptError, RuntimeError):
@@ -79,7 +124,7 @@ def read(key: str, where: str) -> Operation[int | None]:
 def _understood(doc: Mapping[str, Any] | None, key: str, where: str) -> int | None:
     """The version in ``doc``; raises ``SchemaTooNewError`` when this release cannot read it."""
     found = version_of(doc)
-    current = SCHEMA_VERSION[_kind(key)]
+    current = LADDERS[_kind(key)].current
     if found is not None and found > current:
         written_by = (doc or {}).get("written_by", "a newer mongo-ckpt")
         raise SchemaTooNewError(
@@ -100,32 +145,50 @@ def pre_release(key: str, where: str, found: int | None) -> SchemaUpgradeRequire
     """The refusal of data that a development build wrote before the first release (a
     layout version below the current one, or none recorded): this release reads its own."""
     held = "no recorded layout version" if found is None else f"layout version {found}"
+    ladder = LADDERS[_kind(key)]
+    reads = (
+        f"version {ladder.current} only"
+        if ladder.oldest == ladder.current
+        else f"versions {ladder.oldest} to {ladder.current}"
+    )
     return SchemaUpgradeRequired(
         f"{where} holds mongo-ckpt data with {held}, written by a development build before "
-        f"the first release; mongo-ckpt {library_version()} reads layout version "
-        f"{SCHEMA_VERSION[_kind(key)]} only: "
+        f"the first release; mongo-ckpt {library_version()} reads layout {reads}: "
         + PRE_RELEASE_FIX
     )
 
 
-def record(
-    key: str, collections: Mapping[str, str], version: int | None = None
-) -> Operation[None]:
-    """Record ``version`` (default: the current one) of ``key``, never lowering a newer one."""
-    update = {
-        "$max": {"version": SCHEMA_VERSION[_kind(key)] if version is None else version},
-        "$set": _recorded_by(collections),
-    }
+def climb(
+    key: str, where: str, found: int, collections: Mapping[str, str], steps: object,
+    *, upgrade: bool = False,
+) -> Operation[int]:
+    """The layout of ``key`` taken from ``found`` (a recorded version this release does not
+    find too new) up its ladder: below the oldest rung ``SchemaUpgradeRequired``, nothing
+    written; then each rung this call takes (``Ladder.above``), its step (a method of
+    ``steps``) run, then its version recorded. The version reached."""
+    ladder = LADDERS[_kind(key)]
+    if found < ladder.oldest:
+        raise pre_release(key, where, found)
+    for rung in ladder.above(found, upgrade=upgrade):
+        if rung.step is not None:
+            yield from getattr(steps, rung.step)()
+        yield from record(key, collections, rung.version)
+        found = rung.version
+    return found
+
+
+def record(key: str, collections: Mapping[str, str], version: int) -> Operation[None]:
+    """Record ``version`` of ``key``, never lowering a newer one."""
+    update = {"$max": {"version": version}, "$set": _recorded_by(collections)}
     yield from update_one(SCHEMA, {"_id": key}, update, upsert=True)
 
 
-def record_first(
-    key: str, collections: Mapping[str, str], version: int, where: str
-) -> Operation[int]:
-    """On new, empty collections: record ``version`` unless a version was recorded since
-    ``read`` found none, and return the version stored (``SchemaTooNewError`` when this
+def record_first(key: str, collections: Mapping[str, str], where: str) -> Operation[int]:
+    """On new, empty collections: record the current version unless a version was recorded
+    since ``read`` found none, and return the version stored (``SchemaTooNewError`` when this
     release cannot read it). A process of another release setting up the same new
     collections at the same moment then shares its layout, whichever recorded first."""
+    version = LADDERS[_kind(key)].current
     update = {"$setOnInsert": {"version": version, **_recorded_by(collections)}}
     doc = yield from upserted(SCHEMA, {"_id": key}, update)
     found = _understood(doc, key, where)

@@ -229,13 +229,14 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         self._run(self._setup_once(), SpanInfo("setup"))
 
     def upgrade(self) -> None:
-        """Set up, then record this release's layout version (idempotent; with one layout
-        there is nothing to rewrite). A coroutine on ``AsyncMongoDBStore``."""
+        """Set up, then take the data up every layout version of this release, those only an
+        upgrade takes included (``schema.LADDERS``; idempotent; with one layout there is
+        nothing to do). A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False  # setup first, as on first use
         self._run(self._upgraded(), SpanInfo("upgrade"))
 
     def _upgraded(self) -> Operation[None]:
-        yield from self.ops.upgrade(self.collections[STORE].name)
+        yield from self.ops.upgrade(self.db.name, self.collections[STORE].name)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""

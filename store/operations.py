@@ -114,6 +114,11 @@ class Plan:
         return found | {tuple(op.namespace) for op in self.puts.values()}
 
 
+def _where(db_name: str, collection_name: str) -> str:
+    """How errors name the store's collection."""
+    return f"database {db_name!r} (collection {collection_name})"
+
+
 class StoreOperations:
     """Builds each store operation as a ``calls.Operation``."""
 
@@ -135,20 +140,18 @@ class StoreOperations:
         and the version recorded: the current one, or the one another process recorded
         since the read, ``schema.record_first``) and, unless known already, the vector index
         where Atlas has one. Items without a recorded version, or a version below the
-        current one, are a pre-release layout: ``SchemaUpgradeRequired``, nothing written."""
+        oldest this release reads, are a pre-release layout: ``SchemaUpgradeRequired``,
+        nothing written; an older version it reads is taken up the ladder as far as setup
+        may (``schema.climb``)."""
         key = schema.store_key(collection_name)
-        where = f"database {db_name!r} (collection {collection_name})"
+        where = _where(db_name, collection_name)
         found = yield from schema.read(key, where)
         if found is None:
             if (yield from self._refuse_foreign(db_name, collection_name)):
                 raise schema.pre_release(key, where, None)
             yield from create_indexes(STORE, documents.index_models())
-            collections = {STORE: collection_name}
-            found = yield from schema.record_first(
-                key, collections, schema.STORE_SCHEMA_VERSION, where
-            )
-        if found < schema.STORE_SCHEMA_VERSION:
-            raise schema.pre_release(key, where, found)
+            found = yield from schema.record_first(key, {STORE: collection_name}, where)
+        yield from schema.climb(key, where, found, {STORE: collection_name}, self)
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -167,10 +170,15 @@ class StoreOperations:
             raise layouts.refusal(db_name, collection_name, found)
         return sample is not None
 
-    def upgrade(self, collection_name: str) -> Operation[None]:
-        """Record the current layout version (after ``setup``, which refused any other)."""
+    def upgrade(self, db_name: str, collection_name: str) -> Operation[None]:
+        """The layout taken up every rung of its ladder (``schema.climb``), those only an
+        upgrade takes included (after ``setup``, which refused what this release cannot)."""
         key = schema.store_key(collection_name)
-        yield from schema.record(key, {STORE: collection_name}, schema.STORE_SCHEMA_VERSION)
+        where = _where(db_name, collection_name)
+        found = yield from schema.read(key, where)
+        if found is not None:
+            collections = {STORE: collection_name}
+            yield from schema.climb(key, where, found, collections, self, upgrade=True)
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""

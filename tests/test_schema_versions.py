@@ -1,5 +1,6 @@
-"""Versioned layout: ``setup()`` records the version, refuses the saver's pre-release
-layouts and data written by a newer mongo-ckpt, and upgrades a store's older data."""
+"""Versioned layout: ``setup()`` records the version and refuses pre-release layouts and
+data written by a newer mongo-ckpt (the mechanism on a ladder of several versions:
+``tests/test_layout_ladder.py``)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.operations import StoreOperations
 from tests.backends import count_calls, maybe_await, sync_client
 from tests.graphs import chat_builder, thread
+from tests.layout_support import recorded_meanwhile
 from tests.saver_support import Api
 
 
@@ -184,22 +186,6 @@ def test_sync_store_refuses_newer_versions(make_store: Any) -> None:
         make_store().get(("users", "1"), "prefs")
 
 
-def _recorded_meanwhile(monkeypatch: Any, owner: type, step: str, db: Any, key: str,
-                        version: int) -> None:
-    """Another process records ``version`` of ``key`` while ``owner``'s setup runs
-    ``step`` (after it read no version and found the collections empty)."""
-    original = getattr(owner, step)
-
-    def racing(self: Any, *args: Any) -> Any:
-        result = yield from original(self, *args)
-        db[SCHEMA_COLLECTION].update_one(
-            {"_id": key}, {"$max": {"version": version}}, upsert=True
-        )
-        return result
-
-    monkeypatch.setattr(owner, step, racing)
-
-
 @pytest.mark.parametrize("other", [2, SAVER_SCHEMA_VERSION - 1, SAVER_SCHEMA_VERSION + 1])
 def test_a_saver_on_new_collections_keeps_the_version_recorded_first(
     client: Any, db_name: str, monkeypatch: Any, other: int
@@ -208,7 +194,7 @@ def test_a_saver_on_new_collections_keeps_the_version_recorded_first(
     records its version first: this saver keeps that version and refuses it (an older one
     as a pre-release layout, a newer one as too new) instead of raising it to its own."""
     key = saver_key("checkpoints")
-    _recorded_meanwhile(monkeypatch, CheckpointOperations, "create_indexes", client[db_name],
+    recorded_meanwhile(monkeypatch, CheckpointOperations, "create_indexes", client[db_name],
                         key, other)
     saver = MongoDBSaver(client, db_name)
     refusal = SchemaTooNewError if other > SAVER_SCHEMA_VERSION else SchemaUpgradeRequired
@@ -227,7 +213,7 @@ def test_a_store_on_a_new_collection_keeps_the_version_recorded_first(
     no item is written."""
     store = make_store()
     key = store_key("store")
-    _recorded_meanwhile(monkeypatch, StoreOperations, "_refuse_foreign", store.db, key, other)
+    recorded_meanwhile(monkeypatch, StoreOperations, "_refuse_foreign", store.db, key, other)
     refusal = SchemaTooNewError if other > STORE_SCHEMA_VERSION else SchemaUpgradeRequired
     with pytest.raises(refusal, match=f"layout version {other}"):
         store.put(("a",), "k", {"v": 1})

@@ -27,7 +27,7 @@ from mongo_ckpt.inspection import DATABASE, measures_sizes
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.redaction import redacted
 from mongo_ckpt.saver import MongoDBSaver
-from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, saver_key
+from mongo_ckpt.schema import LADDERS, saver_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -264,7 +264,7 @@ def schema_status(session: Session) -> health.Finding:
     saver = session.saver
     found = session.run(inspection.schema_version(saver_key(saver.layout.checkpoints)))
     stored_by = session.run(inspection.stored_by()) if found is None else None
-    return health.schema_version(found, SAVER_SCHEMA_VERSION, stored_by, saver.db.name)
+    return health.schema_version(found, LADDERS["saver"], stored_by, saver.db.name)
 
 
 @contextmanager
