@@ -101,6 +101,28 @@ def _duplicate_put_path(item: Any) -> bool:
     )
 
 
+def _long_run_elsewhere(item: Any) -> bool:
+    """A long run (``length``) on mongomock or on a driver other than the default one: long
+    runs look for rare sequences in what the library sends, so they run once per server
+    with PyMongo (async where the test has both modes); mongomock, slower than the wire
+    server on them, and the other drivers run the fixed length."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("length") is not LONG_RUN:
+        return False
+    for value in params.values():
+        if isinstance(value, Target):
+            if value.backend == "mock" or value.driver == "motor" or not value.is_async:
+                return True
+        elif (
+            isinstance(value, tuple)
+            and len(value) == 2
+            and value[0] in backends.BACKENDS
+            and (value[0] == "mock" or value[1] == "motor")
+        ):
+            return True
+    return False
+
+
 def _in_default_tier(item: Any) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "every_driver" in item.keywords:
@@ -126,7 +148,11 @@ def _in_tier(item: Any, full: bool) -> bool:
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     skip = pytest.mark.skip(reason="MONGODB_URI is not set: no real MongoDB to test against")
     full = config.getoption("--full")
-    kept = [item for item in items if not _duplicate_put_path(item) and _in_tier(item, full)]
+    kept = [
+        item
+        for item in items
+        if not _duplicate_put_path(item) and not _long_run_elsewhere(item) and _in_tier(item, full)
+    ]
     if len(kept) < len(items):
         chosen = set(map(id, kept))
         config.hook.pytest_deselected(items=[i for i in items if id(i) not in chosen])

@@ -2,7 +2,8 @@
 
 A test that takes the ``length`` fixture (tests/conftest.py) runs twice: ``fixed`` in the
 default tier, the same runs every time at the size that found its bugs, and ``long`` in the
-exhaustive tier, ``LONG`` times as many runs, drawn anew each time.
+exhaustive tier, ``LONG`` times as many runs, drawn anew each time (a backend-parametrized
+one on the servers with PyMongo only: ``conftest._long_run_elsewhere``).
 """
 
 from __future__ import annotations

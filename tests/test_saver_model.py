@@ -512,4 +512,4 @@ def test_saver_matches_in_memory_saver() -> None:
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("backend", ["mock", "wire"])
 def test_saver_matches_in_memory_saver_long(backend: str) -> None:
-    _run(backend, examples=300 if backend == "mock" else 40, steps=50)
+    _run(backend, examples=100 if backend == "mock" else 40, steps=50)
