@@ -229,6 +229,7 @@ class StoreOperations:
     def _plan_put(self, plan: Plan, op: PutOp) -> None:
         key = coerce_id(op.key, "key")
         if op.value is not None:
+            registry.check_storable(op.namespace)
             if not isinstance(op.value, Mapping):
                 raise TypeError(f"value must be a dict, got {type(op.value).__name__}")
             _check_ttl(op.ttl)

@@ -57,7 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from langgraph.store.base import ListNamespacesOp
+from langgraph.store.base import InvalidNamespaceError, ListNamespacesOp
 from pymongo import DeleteOne, InsertOne, UpdateMany, UpdateOne
 
 from mongo_ckpt.store.documents import FOREVER
@@ -154,6 +154,32 @@ def _constant(value: Any) -> Any:
     as a field path (``$``): then ``$literal`` (the bytes of every put count)."""
     strings = value if isinstance(value, list) else [value]
     return {"$literal": value} if any(s.startswith("$") for s in strings) else value
+
+
+MAX_NAMESPACE_BYTES = 256 * 1024
+"""The most a namespace may take as its registry entry names it (the labels, joined three
+times, and each prefix twice): its entry, its items and a batch document naming it then
+stay far below the 16 MiB a document may hold."""
+
+
+def check_storable(namespace: Sequence[str]) -> None:
+    """Raise ``InvalidNamespaceError``, before any write, for a namespace too large for its
+    registry entry (``MAX_NAMESPACE_BYTES``): stored, it would fail every later listing.
+    Counted, not built: the prefixes of a deep namespace grow with the square of its depth."""
+    sizes = [len(label.encode()) + 1 for label in namespace]  # a label and its separator
+    prefixes, total = 0, 0
+    for size in sizes:
+        total += size
+        prefixes += total + 8  # each prefix in ``levels`` and ``prefixes``, with its key
+    size = 3 * total + sum(sizes) + 2 * prefixes
+    if size > MAX_NAMESPACE_BYTES:
+        raise InvalidNamespaceError(
+            f"namespace of {len(namespace)} labels ({sum(sizes) - len(sizes)} bytes, starting "
+            f"{joined(namespace)[:40]!r}) takes about {size} bytes as the store names it (the "
+            f"labels, joined, and each prefix), over the {MAX_NAMESPACE_BYTES}-byte limit: "
+            "use shorter labels (an id, or a hash of a long text) or fewer levels. Nothing "
+            "in this batch was written"
+        )
 
 
 def _identity(namespace: Sequence[str]) -> dict[str, Any]:

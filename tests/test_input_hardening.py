@@ -17,10 +17,11 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
-from langgraph.store.base import GetOp, PutOp
+from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from mongo_ckpt.operations import CHECKPOINTS
+from mongo_ckpt.store import registry
 from tests.saver_support import Api, put_chain, refuses, untouched
 from tests.store_support import StoreApi
 
@@ -198,6 +199,24 @@ async def check_store_huge_value(s: StoreApi) -> None:
     await s.refuses(lambda: s.batch(batch), ValueError, "15 MiB")
 
 
+async def check_store_huge_namespace(s: StoreApi) -> None:
+    """A namespace too large for its registry entry (one huge label, or very many levels)
+    is refused before any write, in a batch of many namespaces too; listings keep working,
+    and a namespace under the limit is stored and listed."""
+    await s.put(("a",), "k", {"v": 1})
+    many = [("users", f"u{i}") for i in range(registry.BATCH_FROM)]
+    for huge in [("users", "x" * (3 * MIB)), tuple(f"{i:0200d}" for i in range(2_000))]:
+        batch = [*(PutOp(ns, "k", {"v": 1}) for ns in many), PutOp(huge, "k", {"v": 1})]
+        await s.refuses(lambda b=batch: s.batch(b), InvalidNamespaceError, "-byte limit")
+        await s.refuses(lambda h=huge: s.put(h, "k", {"v": 1}), InvalidNamespaceError,
+                        "use shorter labels")
+    assert await s.list_namespaces() == [("a",)]
+    large = ("users", "y" * 40_000)
+    await s.put(large, "k", {"v": 1})
+    assert await s.list_namespaces(prefix=("users",)) == [large]
+    assert (await s.get(large, "k")).value == {"v": 1}
+
+
 async def check_store_ttl_beyond_maximum(s: StoreApi) -> None:
     await s.put(("a",), "k", {"v": 1})
     for ttl in (float("inf"), 1e12):
@@ -216,6 +235,7 @@ STORE_CHECKS = [
     check_store_regex_filter,
     check_store_limits,
     check_store_huge_value,
+    check_store_huge_namespace,
 ]
 
 
