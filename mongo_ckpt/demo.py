@@ -36,7 +36,7 @@ from mongo_ckpt.connection import DEFAULT_TIMEOUT_MS
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from mongo_ckpt.redaction import redacted
+from mongo_ckpt.redaction import reason, redacted
 from mongo_ckpt.schema import SCHEMA
 
 DEFAULT_DB_NAME = "mongo_ckpt_demo"
@@ -72,10 +72,9 @@ SERVER_SELECTION_TIMEOUT_MS = 3_000
 
 def unreachable_message(where: str, error: BaseException) -> str:
     """One paragraph: what was tried, what to check, how to run without a server."""
-    reason = str(error).split(" (configured")[0].split(", Timeout:")[0][:200]
     return (
         f"mongo-ckpt demo: could not reach MongoDB at {where} within "
-        f"{SERVER_SELECTION_TIMEOUT_MS // 1000} s ({type(error).__name__}: {reason}). "
+        f"{SERVER_SELECTION_TIMEOUT_MS // 1000} s ({type(error).__name__}: {reason(error)}). "
         "Check that the server is running and reachable at that address (for the bundled "
         "one: docker compose -f docker/compose.yml up -d --wait), and that the URI's host, "
         "port and credentials are right (add ?directConnection=true for a single node). "

@@ -65,3 +65,9 @@ def redacted(text: str, uri: str | None = None) -> str:
     for secret in _secrets(uri) if uri else ():
         text = text.replace(secret, HIDDEN)
     return text
+
+
+def reason(error: BaseException) -> str:
+    """A driver error's own words, without the timeouts and the topology description
+    PyMongo appends to a failed server selection (one line, at most 200 characters)."""
+    return str(error).split(" (configured")[0].split(", Timeout:")[0][:200]

@@ -82,6 +82,20 @@ def check_official(doc: Mapping[str, Any]) -> None:
         )
 
 
+def official_store_collections(database: Any) -> list[str]:
+    """The collections of a synchronous ``database`` whose first document is a
+    langgraph-store-mongodb item (one ``find_one`` each)."""
+    found = []
+    for name in sorted(database.list_collection_names()):
+        doc = None if name.startswith("system.") else database[name].find_one({})
+        try:
+            check_official(doc or {})
+        except NotOfficialStoreError:
+            continue
+        found.append(name)
+    return found
+
+
 def converted(
     doc: Mapping[str, Any], ttl_seconds: float | None, vectors: Vectors | None, now: datetime
 ) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
+from mongo_ckpt.redaction import reason
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from tests import backends
 from tests.backends import (
@@ -59,10 +60,10 @@ def pytest_sessionstart(session: Any) -> None:
         with pymongo.timeout(SERVER_CHECK_TIMEOUT_MS / 1000):  # also when the URI has timeoutMS
             client.admin.command("ping")
     except PyMongoError as exc:
-        reason = str(exc).split(" (configured")[0].split(", Timeout:")[0][:200]
+        why = reason(exc)
         pytest.exit(
             f"MONGODB_URI={MONGODB_URI!r} did not answer a ping within "
-            f"{SERVER_CHECK_TIMEOUT_MS // 1000} s ({type(exc).__name__}: {reason}). Start the "
+            f"{SERVER_CHECK_TIMEOUT_MS // 1000} s ({type(exc).__name__}: {why}). Start the "
             "server (docker compose -f docker/compose.yml up -d --wait) or unset MONGODB_URI "
             "to run on the in-process backends only.",
             returncode=3,

@@ -211,3 +211,22 @@ def test_doctor_fix_creates_no_index_on_a_pre_release_layout(client: Any, db_nam
         assert "version 3, a pre-release layout" in after.output
     finally:
         client.drop_database(db_name)
+
+
+def test_upgrade_of_a_database_without_data_is_refused_unless_new(
+    client: Any, db_name: str
+) -> None:
+    """``upgrade --db`` with a typo: exit 3 naming the databases with data, nothing created;
+    ``--new-database`` sets it up."""
+    MongoDBSaver(client, f"{db_name}_data").setup()
+    try:
+        typo = invoke(client, "upgrade", "--db", db_name)
+        assert typo.exit_code == 3, typo.output
+        assert f"{db_name}_data" in typo.output and "--new-database" in typo.output
+        assert db_name not in client.list_database_names()
+        new = invoke(client, "upgrade", "--db", db_name, "--new-database")
+        assert new.exit_code == 0, new.output
+        assert read_version(client[db_name], saver_key("checkpoints")) == SAVER_SCHEMA_VERSION
+    finally:
+        client.drop_database(db_name)
+        client.drop_database(f"{db_name}_data")

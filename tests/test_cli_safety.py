@@ -186,6 +186,8 @@ def test_no_command_prints_the_credentials_of_its_uri(uri: str) -> None:
         for secret in (PASSWORD, TOKEN, KEY_PASSWORD):
             assert secret not in result.output, (name, result.output)
         assert "Error" in result.output, (name, result.output)
+        # The driver's own words only: no timeouts, no topology description.
+        assert "Topology" not in result.output and "configured timeouts" not in result.output
 
 
 def test_the_demo_names_an_unreachable_server_without_credentials(capsys: Any) -> None:
@@ -227,6 +229,7 @@ BAD_ARGUMENTS = {
     "threads --sort nope": ["threads", "--sort", "nope"],
     "threads --filter x": ["threads", "--filter", "x"],
     "stats --top -1": ["stats", "--top", "-1"],
+    "stats --plot into a missing directory": ["stats", "--plot", "/nonexistent/dir/x.png"],
     "delete --idle-days nan": ["delete", "--idle-days", "nan", "--yes"],
     "delete --idle-days inf": ["delete", "--idle-days", "inf", "--yes"],
     "delete --idle-days -inf": ["delete", "--idle-days", "-inf", "--yes"],

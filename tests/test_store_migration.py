@@ -154,3 +154,24 @@ def test_refuses_a_collection_of_another_layout(client: Any, dbs: tuple[str, str
     args = ["migrate", "--from-official-store", "--source-db", target, "--db", target]
     same = invoke(client, *args)
     assert same.exit_code == 2 and "source and target are the same collection" in same.output
+
+
+def test_a_source_collection_without_items_is_refused_naming_those_with_items(
+    client: Any, dbs: tuple[str, str]
+) -> None:
+    """A source name with a typo (or the docs' ``store`` where the official default is
+    ``persistent-store``): exit 3, the collections that hold official items named, and
+    nothing written in the target database."""
+    source, target = dbs
+    official(client, source)
+    args = ["migrate", "--from-official-store", "--source-db", source, "--db", target]
+    missing = invoke(client, *args, "--source-store", "store", "--verify")
+    assert missing.exit_code == 3, missing.output
+    assert "holds no items" in missing.output
+    assert "langgraph-store-mongodb items: memories: pass --source-store NAME" in missing.output
+    assert target not in client.list_database_names()
+    report = invoke(client, *args, "--source-store", "nothing", "--json")
+    assert json.loads(report.output)["official_store_collections"] == ["memories"]
+    client[source]["memories"].drop()
+    alone = invoke(client, *args, "--source-store", "store")
+    assert alone.exit_code == 3 and "no collection of it holds" in alone.output

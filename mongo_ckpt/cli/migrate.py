@@ -20,6 +20,7 @@ from mongo_ckpt.cli.options import (
     database_name,
     open_client,
     optional_collection_name,
+    require_data,
     saver_on,
     target_options,
 )
@@ -291,13 +292,20 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
     callback=optional_collection_name,
     help="Upgrade this store collection (the store's default: store) instead.",
 )
+@click.option(
+    "--new-database",
+    is_flag=True,
+    help="Set the checkpoint collections up even though --db holds no mongo-ckpt data yet.",
+)
 @target_options
-def upgrade(target: Target, store_collection: str | None) -> int:
+def upgrade(target: Target, store_collection: str | None, new_database: bool) -> int:
     """Run ``saver.upgrade()`` (or ``store.upgrade()``) and report the versions."""
     if store_collection is not None:
         return _upgrade_store(target, store_collection)
     key = saver_key(target.layout.checkpoints)
     with open_client(target) as client:
+        if not new_database:
+            require_data(client, target, f" (or --new-database to set {target.db!r} up)")
         before = read_version(client[target.db], key)
         try:
             saver_on(client, target).upgrade()

@@ -25,7 +25,7 @@ from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
-from mongo_ckpt.redaction import redacted
+from mongo_ckpt.redaction import reason, redacted
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import LADDERS, saver_key
 
@@ -190,7 +190,7 @@ def _explained(uri: str | None) -> Iterator[None]:
     try:
         yield
     except ConnectionFailure as exc:
-        message = redacted(f"cannot reach MongoDB at {where}: {exc}", uri)
+        message = redacted(f"cannot reach MongoDB at {where}: {reason(exc)}", uri)
         raise click.ClickException(message) from None
     except PyMongoError as exc:
         raise click.ClickException(

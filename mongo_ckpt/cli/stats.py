@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,16 @@ def plot(database: str, per_thread: dict[str, int], path: Path) -> None:
 def stats(target: Target, top: int, plot_path: Path | None) -> None:
     """Collection and index sizes, document counts, size percentiles per thread, the
     largest threads and documents, and the schema version."""
-    if plot_path is not None:
+    if plot_path is not None:  # checked before the scan, which can take long
+        folder = plot_path.resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise click.BadParameter(
+                f"cannot write {str(plot_path)!r}: {str(folder)!r} is not a writable directory",
+                param_hint="--plot",
+            )
         try:
             import matplotlib  # noqa: F401
-        except ImportError as exc:  # before the scan, which can take long
+        except ImportError as exc:
             raise click.ClickException(PLOT_MISSING) from exc
     with open_session(target, layout_checked=False) as session:
         result = collection_stats(session, top)

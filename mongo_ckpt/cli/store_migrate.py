@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mongo_ckpt.cli.options import Target, open_client
+from mongo_ckpt.cli.output import NothingMatched
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.migration import (
     StoreProgress,
     Vectors,
     migrate_official_store,
+    official_store_collections,
     verify_official_store,
 )
 
@@ -69,6 +71,22 @@ def migrate_store(
     }
     with open_client(target) as client:
         source = client[source_db][source_collection]
+        same = (source_db, source_collection) == (target.db, store_collection)  # refused below
+        if not same and source.find_one({}, {"_id": 1}) is None:
+            found = official_store_collections(client[source_db])
+            named = (
+                f"its collections with langgraph-store-mongodb items: {', '.join(found)}: "
+                "pass --source-store NAME"
+                if found
+                else "no collection of it holds langgraph-store-mongodb items"
+            )
+            raise NothingMatched(
+                f"collection {source_db}.{source_collection} holds no items: nothing to "
+                f"migrate, nothing written; database {source_db!r}: {named}",
+                target.db,
+                target.json,
+                {"source": report["source"], "official_store_collections": found},
+            )
         store = MongoDBStore(client, target.db, collection_name=store_collection)
         started = time.perf_counter()
         try:
