@@ -159,7 +159,8 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
     def _prepared_pairs(
         self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]
     ) -> dict[FullKey, Prepared]:
-        """Every pair checked and serialized, before anything is sent."""
+        """Every pair checked and serialized, before anything is sent; a value too large
+        for a document is left out (``documents.fits``)."""
         if not isinstance(pairs, Mapping):
             raise documents.CacheTypeError(
                 "set takes a mapping of (namespace, key) to (value, ttl), got "
@@ -175,7 +176,9 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
                 )
             value, ttl = pair
             seconds = documents.checked_ttl(key, ttl)
-            prepared[key] = (*documents.serialized(self.serde, key, value), seconds)
+            encoding, data = documents.serialized(self.serde, key, value)
+            if documents.fits(key, data):
+                prepared[key] = (encoding, data, seconds)
         return prepared
 
     def _clear(self, namespaces: Sequence[Namespace] | None) -> Operation[None]:

@@ -13,13 +13,17 @@ a ``get`` is an ``_id`` lookup; the entries of a namespace are a range of ``_id`
 encrypts them). ``expires_at`` is in the server's time and is absent for an entry set with
 TTL ``None`` (it never expires).
 
-Validation runs over the whole batch before anything is sent: a bad pair raises
-``CacheInputError`` and nothing is stored.
+Validation runs over the whole batch before anything is sent: a bad pair (a key or
+namespace over ``MAX_KEY_BYTES`` included) raises ``CacheInputError`` and nothing is
+stored. A value too large for a document (``MAX_VALUE_BYTES`` serialized) is a node's
+legitimate result, not bad input: it is left uncached, with a warning, and the pairs beside
+it are stored; the node runs again next time, as without a cache.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,7 +39,11 @@ from mongo_ckpt.errors import MongoCkptError
 # Documents over this many bytes are refused by MongoDB (16 MiB); what a value may take,
 # leaving room for the rest of its document.
 MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
+# What the labels and key of an entry may take as it names them (its ``_id``, its
+# ``namespace`` and ``key``, UTF-8): within the room ``MAX_VALUE_BYTES`` leaves.
+MAX_KEY_BYTES = 32 * 1024
 ENTRY_FIELDS = {"encoding": 1, "value": 1}
+logger = logging.getLogger(__name__)
 
 
 class CacheInputError(MongoCkptError, ValueError):
@@ -81,6 +89,13 @@ def checked_key(full_key: Any) -> FullKey:
             f"cache keys must be strings, got {type(key).__name__} {key!r} in namespace "
             f"{namespace!r}; convert it with str()"
         )
+    size = len(entry_id((namespace, key)).encode())
+    size += sum(len(label.encode()) for label in (*namespace, key))
+    if size > MAX_KEY_BYTES:
+        raise CacheInputError(
+            f"cache key {key[:40]!r} in namespace {str(namespace)[:80]} takes {size} bytes with "
+            f"its labels, over the {MAX_KEY_BYTES}-byte limit: use a hash of it"
+        )
     return namespace, key
 
 
@@ -103,7 +118,8 @@ def checked_ttl(full_key: FullKey, ttl: Any) -> float | None:
 
 
 def serialized(serde: SerializerProtocol, full_key: FullKey, value: Any) -> tuple[str, bytes]:
-    """``serde.dumps_typed(value)``, or ``CacheInputError`` saying which value failed."""
+    """``serde.dumps_typed(value)``, or ``CacheInputError`` saying which value failed (its
+    size is the caller's to judge: ``fits``)."""
     try:
         encoding, data = serde.dumps_typed(value)
     except Exception as exc:
@@ -112,12 +128,19 @@ def serialized(serde: SerializerProtocol, full_key: FullKey, value: Any) -> tupl
             f"({type(value).__name__}): {exc}; cache values it supports, or give the cache "
             "a serde that does"
         ) from exc
-    if len(data) > MAX_VALUE_BYTES:
-        raise CacheInputError(
-            f"the value of cache key {full_key!r} is {len(data)} bytes serialized, over the "
-            f"{MAX_VALUE_BYTES} a MongoDB document can hold"
-        )
     return encoding, data
+
+
+def fits(full_key: FullKey, data: bytes) -> bool:
+    """Whether a serialized value fits in its entry's document; warns when it does not."""
+    if len(data) <= MAX_VALUE_BYTES:
+        return True
+    logger.warning(
+        "cache key %r: the value is %d bytes serialized, over the %d a MongoDB document can "
+        "hold; left uncached (the node runs again next time)",
+        full_key, len(data), MAX_VALUE_BYTES,
+    )
+    return False
 
 
 def checked_namespaces(namespaces: Any) -> list[Namespace] | None:

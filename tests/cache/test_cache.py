@@ -15,7 +15,7 @@ from mongomock_motor import AsyncMongoMockClient
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.cache import AsyncMongoDBCache, CacheInputError, CacheTypeError, MongoDBCache
-from mongo_ckpt.cache.documents import MAX_VALUE_BYTES
+from mongo_ckpt.cache.documents import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from mongo_ckpt.cache.operations import CACHE
 from mongo_ckpt.clock import CLOCK_ID, aware
 from mongo_ckpt.drivers import ClientClosedError
@@ -228,10 +228,28 @@ async def test_bad_keys_and_namespaces_send_nothing(cache_api: CacheApi) -> None
     assert issubclass(CacheTypeError, TypeError) and issubclass(CacheInputError, ValueError)
 
 
-async def test_a_value_too_large_for_a_document_is_refused(cache_api: CacheApi) -> None:
-    with pytest.raises(CacheInputError, match="a MongoDB document can hold"):
-        await cache_api.set({(NS, "big"): (b"x" * (MAX_VALUE_BYTES + 1), None)})
-    assert await cache_api.docs() == []
+async def test_a_value_too_large_for_a_document_is_left_uncached_beside_the_others(
+    cache_api: CacheApi, caplog: Any
+) -> None:
+    """A node's result over 16 MiB serialized is not bad input: the pairs beside it are
+    stored, it is not (with a warning), and a later get misses it, as an empty cache would."""
+    big = (NS, "big")
+    await cache_api.set({big: (b"x" * (MAX_VALUE_BYTES + 1), None), (NS, "k"): (b"v", None)})
+    assert [doc["key"] for doc in await cache_api.docs()] == ["k"]
+    assert await cache_api.get([big, (NS, "k")]) == {(NS, "k"): b"v"}
+    assert "left uncached" in caplog.text and repr(big) in caplog.text
+
+
+async def test_a_key_too_long_for_its_document_refuses_the_whole_set(
+    cache_api: CacheApi,
+) -> None:
+    counter = count_calls(cache_api.cache.collections)
+    pairs = {(NS, "a"): (b"1", None), (NS, "k" * (MAX_KEY_BYTES // 2)): (b"2", None)}
+    with pytest.raises(CacheInputError, match=f"over the {MAX_KEY_BYTES}-byte limit"):
+        await cache_api.set(pairs)
+    with pytest.raises(CacheInputError, match="use a hash of it"):
+        await cache_api.set({(("n" * MAX_KEY_BYTES,), "k"): (b"3", None)})
+    assert total(counter) == 0 and await cache_api.docs() == []
 
 
 CLASSES = [

@@ -76,6 +76,26 @@ async def test_a_cached_node_runs_once_per_input_until_its_ttl(
     assert runs == {"q1": 2, "q2": 1}
 
 
+async def test_a_result_too_large_for_a_document_runs_again_instead_of_failing(
+    cache_api: CacheApi,
+) -> None:
+    """A node whose result is over 16 MiB: every run succeeds, the node running each time
+    (``InMemoryCache`` would serve the second; the checkpointer stores it in parts)."""
+    runs: Counter = Counter()
+
+    def answer(state: State) -> State:
+        runs[state["question"]] += 1
+        return {"answer": "x" * (17 * 2**20)}
+
+    builder = StateGraph(State)
+    builder.add_node("answer", answer, cache_policy=CachePolicy(ttl=60))
+    builder.add_edge(START, "answer")
+    graph = builder.compile(cache=cache_api.cache)
+    for _ in range(2):
+        assert len((await invoke(cache_api, graph, {"question": "big"}))["answer"]) == 17 * 2**20
+    assert runs == {"big": 2} and await cache_api.docs() == []
+
+
 async def test_clear_cache_runs_the_node_again(cache_api: CacheApi) -> None:
     runs: Counter = Counter()
     graph = compiled(cache_api, runs, CachePolicy())
