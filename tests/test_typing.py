@@ -3,6 +3,8 @@ from the typed call constructors, and a user's script written against the docume
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -104,20 +106,36 @@ def test_wrong_clients_arguments_and_statements_are_mypy_errors(misuse_output: s
     assert flagged == refused, misuse_output
 
 
+def _setup_commands() -> list[str]:
+    """The commands of the README's "Set-up on a fresh machine" block."""
+    section = (ROOT / "README.md").read_text().split("## Set-up on a fresh machine", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
 @pytest.mark.exhaustive
-def test_readmes_editable_install_is_seen_by_mypy(tmp_path: Path) -> None:
-    """``pip install -e . --config-settings editable_mode=strict`` (the README's) in a new
-    virtual environment: mypy finds ``mongo_ckpt.store`` and its types."""
+def test_the_readmes_setup_commands_work_and_type_check(tmp_path: Path) -> None:
+    """The README's two set-up commands, as written, in a new virtual environment (the
+    dependencies seen from this one): the demo runs, the tests collect from the clone's
+    root, and mypy --strict finds ``mongo_ckpt.store`` and its types."""
     pytest.importorskip("mypy", reason="mypy comes with the test extra")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=120)
-    python = str(venv / "bin" / "python")
-    subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", "-e",
-         str(ROOT), "--config-settings", "editable_mode=strict"],
-        check=True, timeout=300, cwd=tmp_path,
-    )
+    bin_dir = str(venv / "bin")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MONGODB_URI", None)
+    demo, tests = _setup_commands()
+    for command in (demo, tests):
+        install, run = (part.strip() for part in command.split("&&"))
+        subprocess.run(shlex.split(install), check=True, timeout=600, cwd=ROOT, env=env)
+        argv = shlex.split(run)
+        if argv[:3] == ["python", "-m", "pytest"]:  # the whole suite is this run's job
+            argv = [*argv[:3], "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0",
+                    f"--basetemp={tmp_path / 'pytest'}", "tests/test_store_contract.py"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                              env=env)
+        assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
     script = tmp_path / "uses_the_store.py"
     script.write_text(
         "from mongo_ckpt.store import MongoDBStore\n"
@@ -126,8 +144,8 @@ def test_readmes_editable_install_is_seen_by_mypy(tmp_path: Path) -> None:
         "        reveal_type(store)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--python-executable", python,
-         "--cache-dir", str(tmp_path / "cache"), str(script)],
+        [sys.executable, "-m", "mypy", "--strict", "--python-executable",
+         str(venv / "bin" / "python"), "--cache-dir", str(tmp_path / "cache"), str(script)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert 'Revealed type is "mongo_ckpt.store.sync.MongoDBStore"' in done.stdout, done.stdout
