@@ -14,14 +14,9 @@ from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired, library_version
+from mongo_ckpt.source_tree import find_store_beside
 
-# In a clone, ``python -m pytest`` (or any script run from its root) imports this folder,
-# which holds no ``store/``: the store's source is the clone's ``store/``, installed as
-# ``mongo_ckpt.store``. The clone's root joins ``__path__`` so that it is found there too,
-# whatever the install (a wheel and a strict editable install hold ``store/`` here).
-_here = Path(__file__).resolve().parent
-if not (_here / "store").is_dir() and (_here.parent / "store" / "__init__.py").is_file():
-    __path__.append(str(_here.parent))
+find_store_beside(Path(__file__).resolve().parent)
 
 # The installed distribution's version (its metadata); "(source)" in a tree not installed.
 __version__ = library_version()
