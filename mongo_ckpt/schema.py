@@ -60,8 +60,7 @@ class Rung:
 
 @dataclass(frozen=True)
 class Ladder:
-    """The layout versions of one kind this release reads, oldest first; new collections
-    get the last."""
+    """The layout versions of one kind this release reads, oldest first."""
 
     rungs: tuple[Rung, ...]
 
@@ -72,6 +71,13 @@ class Ladder:
     @property
     def current(self) -> int:
         return self.rungs[-1].version
+
+    @property
+    def new(self) -> int:
+        """What new collections get: the highest version setup takes data to by itself
+        (one only ``upgrade()`` takes would lock out the processes of the release before,
+        still running beside this one)."""
+        return [self.rungs[0], *self.above(self.oldest, upgrade=False)][-1].version
 
     def above(self, found: int, *, upgrade: bool) -> list[Rung]:
         """The rungs to climb from ``found``: on ``upgrade`` every one above it, on setup
@@ -184,11 +190,12 @@ def record(key: str, collections: Mapping[str, str], version: int) -> Operation[
 
 
 def record_first(key: str, collections: Mapping[str, str], where: str) -> Operation[int]:
-    """On new, empty collections: record the current version unless a version was recorded
-    since ``read`` found none, and return the version stored (``SchemaTooNewError`` when this
-    release cannot read it). A process of another release setting up the same new
-    collections at the same moment then shares its layout, whichever recorded first."""
-    version = LADDERS[_kind(key)].current
+    """On new, empty collections: record the version new collections get (``Ladder.new``)
+    unless a version was recorded since ``read`` found none, and return the version stored
+    (``SchemaTooNewError`` when this release cannot read it). A process of another release
+    setting up the same new collections at the same moment then shares its layout,
+    whichever recorded first."""
+    version = LADDERS[_kind(key)].new
     update = {"$setOnInsert": {"version": version, **_recorded_by(collections)}}
     doc = yield from upserted(SCHEMA, {"_id": key}, update)
     found = _understood(doc, key, where)

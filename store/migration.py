@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from langgraph.store.base import InvalidNamespaceError
 from pymongo import UpdateOne
 
 from mongo_ckpt.errors import MongoCkptError
@@ -99,8 +100,14 @@ def official_store_collections(database: Any) -> list[str]:
 def converted(
     doc: Mapping[str, Any], ttl_seconds: float | None, vectors: Vectors | None, now: datetime
 ) -> dict[str, Any] | None:
-    """The target document of an official item; ``None`` if it has expired already."""
+    """The target document of an official item; ``None`` if it has expired already.
+    ``InvalidNamespaceError`` for a namespace the store refuses (``registry.check_storable``),
+    before its batch is written: the run stops there, and continues once it is fixed."""
     check_official(doc)
+    try:
+        registry.check_storable(doc["namespace"])
+    except InvalidNamespaceError as exc:
+        raise InvalidNamespaceError(f"document {doc.get('_id')!r}: {exc}") from None
     updated_at = utc(doc["updated_at"])
     fields: dict[str, Any] = {
         "namespace": list(doc["namespace"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -175,3 +175,42 @@ def test_a_source_collection_without_items_is_refused_naming_those_with_items(
     client[source]["memories"].drop()
     alone = invoke(client, *args, "--source-store", "store")
     assert alone.exit_code == 3 and "no collection of it holds" in alone.output
+
+
+def test_a_namespace_the_store_refuses_stops_the_run_before_its_batch(
+    client: Any, dbs: tuple[str, str]
+) -> None:
+    """An official item whose namespace the store refuses (``registry.check_storable``):
+    the run stops before its batch, naming the document, and stops there again until it is
+    fixed in the source; then it continues and lists every namespace."""
+    source, target = dbs
+    official(client, source)
+    huge = ["users", "x" * (3 * 2**20)]
+    now = datetime.now(timezone.utc)
+    fields = {"key": "k", "value": {"v": 1}, "created_at": now, "updated_at": now}
+    inserted = client[source]["memories"].insert_one({"namespace": huge, **fields})
+    args = ["migrate", "--from-official-store", "--source-db", source, "--source-store",
+            "memories", "--db", target, "--batch", "4"]
+    for _ in range(2):
+        stopped = invoke(client, *args)
+        assert stopped.exit_code == 2, stopped.output
+        assert repr(inserted.inserted_id) in stopped.output and "-byte limit" in stopped.output
+    store = MongoDBStore(client, target)
+    assert huge not in [list(ns) for ns in store.list_namespaces()]
+    client[source]["memories"].update_one({"_id": inserted.inserted_id},
+                                          {"$set": {"namespace": ["users", "short"]}})
+    assert invoke(client, *args).exit_code == 0
+    assert ("users", "short") in store.list_namespaces(prefix=("users",))
+
+
+def test_a_finished_migration_run_again_on_an_emptied_source_reports_it(
+    client: Any, dbs: tuple[str, str]
+) -> None:
+    source, target = dbs
+    official(client, source)
+    args = ["migrate", "--from-official-store", "--source-db", source, "--source-store",
+            "memories", "--db", target]
+    assert invoke(client, *args).exit_code == 0
+    client[source]["memories"].delete_many({})
+    again = invoke(client, *args)
+    assert again.exit_code == 0, again.output

@@ -177,7 +177,7 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
             value, ttl = pair
             seconds = documents.checked_ttl(key, ttl)
             encoding, data = documents.serialized(self.serde, key, value)
-            if documents.fits(key, data):
+            if documents.fits(key, encoding, data):
                 prepared[key] = (encoding, data, seconds)
         return prepared
 

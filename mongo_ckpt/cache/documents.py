@@ -13,11 +13,12 @@ a ``get`` is an ``_id`` lookup; the entries of a namespace are a range of ``_id`
 encrypts them). ``expires_at`` is in the server's time and is absent for an entry set with
 TTL ``None`` (it never expires).
 
-Validation runs over the whole batch before anything is sent: a bad pair (a key or
-namespace over ``MAX_KEY_BYTES`` included) raises ``CacheInputError`` and nothing is
-stored. A value too large for a document (``MAX_VALUE_BYTES`` serialized) is a node's
-legitimate result, not bad input: it is left uncached, with a warning, and the pairs beside
-it are stored; the node runs again next time, as without a cache.
+Validation runs over the whole batch before anything is sent: a bad pair raises
+``CacheInputError`` and nothing is stored. An entry too large for a document because of
+its value (over ``MAX_VALUE_BYTES`` serialized) is a node's legitimate result, not bad
+input: it is left uncached, with a warning, and the pairs beside it are stored; the node
+runs again next time, as without a cache. One too large because of its key and namespace
+(over the ``KEY_ROOM`` left beside such a value) is bad input.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import bson
 from bson import Binary
 from langgraph.cache.base import FullKey, Namespace
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -36,12 +38,11 @@ from pymongo import ASCENDING, IndexModel, ReplaceOne
 from mongo_ckpt.base import MAX_TTL_SECONDS
 from mongo_ckpt.errors import MongoCkptError
 
-# Documents over this many bytes are refused by MongoDB (16 MiB); what a value may take,
-# leaving room for the rest of its document.
-MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
-# What the labels and key of an entry may take as it names them (its ``_id``, its
-# ``namespace`` and ``key``, UTF-8): within the room ``MAX_VALUE_BYTES`` leaves.
-MAX_KEY_BYTES = 32 * 1024
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # what MongoDB stores in one document
+# The room a value always leaves for the rest of its entry, and so the most a value may
+# take: an entry over 16 MiB is its value's fault when the rest fits in the room.
+KEY_ROOM = 64 * 1024
+MAX_VALUE_BYTES = MAX_DOCUMENT_BYTES - KEY_ROOM
 ENTRY_FIELDS = {"encoding": 1, "value": 1}
 logger = logging.getLogger(__name__)
 
@@ -89,13 +90,6 @@ def checked_key(full_key: Any) -> FullKey:
             f"cache keys must be strings, got {type(key).__name__} {key!r} in namespace "
             f"{namespace!r}; convert it with str()"
         )
-    size = len(entry_id((namespace, key)).encode())
-    size += sum(len(label.encode()) for label in (*namespace, key))
-    if size > MAX_KEY_BYTES:
-        raise CacheInputError(
-            f"cache key {key[:40]!r} in namespace {str(namespace)[:80]} takes {size} bytes with "
-            f"its labels, over the {MAX_KEY_BYTES}-byte limit: use a hash of it"
-        )
     return namespace, key
 
 
@@ -131,10 +125,20 @@ def serialized(serde: SerializerProtocol, full_key: FullKey, value: Any) -> tupl
     return encoding, data
 
 
-def fits(full_key: FullKey, data: bytes) -> bool:
-    """Whether a serialized value fits in its entry's document; warns when it does not."""
-    if len(data) <= MAX_VALUE_BYTES:
+def fits(full_key: FullKey, encoding: str, data: bytes) -> bool:
+    """Whether the entry of a serialized value fits in a document; warns when the value
+    does not, and raises ``CacheInputError`` when the key and namespace are to blame."""
+    rest = len(bson.encode(entry(full_key, encoding, b"", datetime.now(timezone.utc))))
+    if rest + len(data) <= MAX_DOCUMENT_BYTES:
         return True
+    if rest > KEY_ROOM:
+        namespace, key = full_key
+        raise CacheInputError(
+            f"cache key {key[:40]!r} in namespace {str(namespace)[:80]}: its entry would take "
+            f"{rest + len(data)} bytes, over the {MAX_DOCUMENT_BYTES} a MongoDB document holds, "
+            f"{rest} of them for the key and namespace (more than the {KEY_ROOM} a value "
+            "leaves): use a hash of the key"
+        )
     logger.warning(
         "cache key %r: the value is %d bytes serialized, over the %d a MongoDB document can "
         "hold; left uncached (the node runs again next time)",

@@ -16,12 +16,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mongo_ckpt.cli.options import Target, open_client
 from mongo_ckpt.cli.output import NothingMatched
+from mongo_ckpt.schema import SCHEMA_COLLECTION
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.migration import (
     StoreProgress,
     Vectors,
     migrate_official_store,
     official_store_collections,
+    progress_key,
     verify_official_store,
 )
 
@@ -72,7 +74,9 @@ def migrate_store(
     with open_client(target) as client:
         source = client[source_db][source_collection]
         same = (source_db, source_collection) == (target.db, store_collection)  # refused below
-        if not same and source.find_one({}, {"_id": 1}) is None:
+        marker = {"_id": progress_key(source, client[target.db][store_collection])}
+        done_before = client[target.db][SCHEMA_COLLECTION].find_one(marker) is not None
+        if not same and not done_before and source.find_one({}, {"_id": 1}) is None:
             found = official_store_collections(client[source_db])
             named = (
                 f"its collections with langgraph-store-mongodb items: {', '.join(found)}: "

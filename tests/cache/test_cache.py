@@ -15,7 +15,7 @@ from mongomock_motor import AsyncMongoMockClient
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.cache import AsyncMongoDBCache, CacheInputError, CacheTypeError, MongoDBCache
-from mongo_ckpt.cache.documents import MAX_KEY_BYTES, MAX_VALUE_BYTES
+from mongo_ckpt.cache.documents import KEY_ROOM, MAX_DOCUMENT_BYTES, MAX_VALUE_BYTES
 from mongo_ckpt.cache.operations import CACHE
 from mongo_ckpt.clock import CLOCK_ID, aware
 from mongo_ckpt.drivers import ClientClosedError
@@ -234,7 +234,7 @@ async def test_a_value_too_large_for_a_document_is_left_uncached_beside_the_othe
     """A node's result over 16 MiB serialized is not bad input: the pairs beside it are
     stored, it is not (with a warning), and a later get misses it, as an empty cache would."""
     big = (NS, "big")
-    await cache_api.set({big: (b"x" * (MAX_VALUE_BYTES + 1), None), (NS, "k"): (b"v", None)})
+    await cache_api.set({big: (b"x" * MAX_DOCUMENT_BYTES, None), (NS, "k"): (b"v", None)})
     assert [doc["key"] for doc in await cache_api.docs()] == ["k"]
     assert await cache_api.get([big, (NS, "k")]) == {(NS, "k"): b"v"}
     assert "left uncached" in caplog.text and repr(big) in caplog.text
@@ -243,13 +243,20 @@ async def test_a_value_too_large_for_a_document_is_left_uncached_beside_the_othe
 async def test_a_key_too_long_for_its_document_refuses_the_whole_set(
     cache_api: CacheApi,
 ) -> None:
+    """An entry over 16 MiB because of its key and namespace (more than the room a value
+    leaves them) is bad input: the whole set is refused, nothing sent. A long key that
+    fits is stored and read like any other."""
     counter = count_calls(cache_api.cache.collections)
-    pairs = {(NS, "a"): (b"1", None), (NS, "k" * (MAX_KEY_BYTES // 2)): (b"2", None)}
-    with pytest.raises(CacheInputError, match=f"over the {MAX_KEY_BYTES}-byte limit"):
-        await cache_api.set(pairs)
-    with pytest.raises(CacheInputError, match="use a hash of it"):
-        await cache_api.set({(("n" * MAX_KEY_BYTES,), "k"): (b"3", None)})
+    long_key = (NS, "k" * (9 * 2**20))
+    with pytest.raises(CacheInputError, match="use a hash of the key"):
+        await cache_api.set({(NS, "a"): (b"1", None), long_key: (b"2", None)})
+    deep = (("a",) * 6000, "k")  # small labels, but many: room for no full-size value
+    with pytest.raises(CacheInputError, match=f"more than the {KEY_ROOM} a value leaves"):
+        await cache_api.set({deep: (b"x" * (MAX_VALUE_BYTES - 100), None)})
     assert total(counter) == 0 and await cache_api.docs() == []
+    fits = (NS, "k" * 40_000)
+    await cache_api.set({fits: (b"3", None)})
+    assert await cache_api.get([fits]) == {fits: b"3"}
 
 
 CLASSES = [
