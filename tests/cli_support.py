@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from click.testing import CliRunner, Result
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from mongo_ckpt import MongoDBSaver
+from mongo_ckpt.cli import CliState, cli
 from tests.graphs import chat_builder, thread
 
 CHAT_TURNS = ("Hi, I am Ada.", "I like tea.", "What do I like?")
@@ -75,3 +77,8 @@ def write_threads(saver: MongoDBSaver) -> dict[str, Any]:
 
 def resume_booking(graph: Any) -> None:
     graph.invoke(Command(resume="yes"), thread("booking"))
+
+
+def invoke(client: Any, *args: str, env: dict[str, Any] | None = None) -> Result:
+    """``mongo-ckpt *args`` on ``client`` (the CLI's own client otherwise)."""
+    return CliRunner().invoke(cli, list(args), obj=CliState(client=client), env=env)

@@ -37,9 +37,9 @@ from tests.saver_support import (
     put_chain,
     values_at,
 )
+from tests.stepping import MAINTENANCE as FORK_MAINTENANCE
+from tests.stepping import STEPPED, Fork, Stepper, step_until
 from tests.test_parent_probe import probes, record_requests
-from tests.test_saver_fork_races import MAINTENANCE as FORK_MAINTENANCE
-from tests.test_saver_fork_races import STEPPED, Fork, Stepper
 
 pytestmark = BOTH_PUT_PATHS
 
@@ -64,14 +64,6 @@ def next_put(api: Api, parent: dict[str, Any], step: int) -> tuple[Any, str]:
 async def stored(api: Api, checkpoint_id: str, thread_id: str = "t") -> dict[str, Any] | None:
     docs = await api.docs(CHECKPOINTS, {"thread_id": thread_id, "checkpoint_id": checkpoint_id})
     return docs[0] if docs else None
-
-
-async def step_until(stepper: Stepper, done: Any, *, or_end: bool = False) -> None:
-    """Step ``stepper`` until ``done()`` (or, with ``or_end``, until it has ended)."""
-    while not await done():
-        if not await stepper.step():
-            assert or_end, "the operation ended first"
-            return
 
 
 # -- 1. prune keep_latest beside a put on the latest whose probe missed ---------------

@@ -39,9 +39,8 @@ from tests.backends import maybe_await
 from tests.faults import Fault, Faults
 from tests.prose import prose
 from tests.saver_support import Api, assert_no_orphans, stop_compressing
-from tests.test_attack_findings_4 import step_until
+from tests.stepping import Stepper, step_until
 from tests.test_compressed_values import chat, human
-from tests.test_saver_fork_races import Stepper
 
 # LangGraph's special channels (``WRITES_IDX_MAP``): written with ``$set``, they overwrite.
 ERROR, INTERRUPT = "__error__", "__interrupt__"

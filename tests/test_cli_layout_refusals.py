@@ -7,17 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from langchain_core.messages import HumanMessage
 
 from mongo_ckpt import MongoDBSaver
-from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, saver_key
+from tests.cli_support import invoke
 from tests.graphs import chat_builder, thread
-
-
-def invoke(client: Any, *args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), obj=CliState(client=client))
 
 
 @pytest.mark.parametrize("recorded", [SAVER_SCHEMA_VERSION - 1, SAVER_SCHEMA_VERSION + 1])

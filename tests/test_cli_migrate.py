@@ -7,13 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt import MongoDBSaver
-from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.schema import SAVER_SCHEMA_VERSION, SCHEMA_COLLECTION, read_version, saver_key
+from tests.cli_support import invoke
 from tests.graphs import chat_builder, contents, thread
 
 OfficialSaver = pytest.importorskip(
@@ -24,9 +23,6 @@ OfficialSaver = pytest.importorskip(
 
 AES_KEY = "0123456789abcdef"
 
-
-def invoke(client: Any, *args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), obj=CliState(client=client))
 
 
 @pytest.fixture

@@ -19,10 +19,11 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt import MongoDBSaver
-from mongo_ckpt.cli import CliState, cli, main
+from mongo_ckpt.cli import cli, main
 from mongo_ckpt.cli.output import visible
 from mongo_ckpt.clock import CLOCK_ID
 from mongo_ckpt.redaction import redacted
+from tests.cli_support import invoke
 from tests.graphs import chat_builder, thread
 
 # Markup that closes nothing (rich's MarkupError), markup that would style, CSI and OSC
@@ -36,9 +37,6 @@ UNSAFE = re.compile(
 )
 AES_KEY = "0123456789abcdef" * 2
 
-
-def invoke(client: Any, *args: str, env: dict[str, Any] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), obj=CliState(client=client), env=env)
 
 
 def write_hostile(saver: MongoDBSaver) -> list[str]:

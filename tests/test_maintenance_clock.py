@@ -21,18 +21,16 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from mongo_ckpt import StaleParentError, documents, maintenance
-from mongo_ckpt.calls import Call, NextBatch, Operation, Relay
+from mongo_ckpt.calls import Call, NextBatch
 from mongo_ckpt.clock import CLOCK_ID
-from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.schema import SCHEMA
 from tests.backends import maybe_await
 from tests.saver_support import Api, assert_no_orphans
-from tests.test_saver_fork_races import MAINTENANCE, Fork, Stepper
+from tests.stepping import MAINTENANCE, Fork, Stepper, drive
 
 HOURS = timedelta(hours=2)
 SKEWS = [pytest.param(-HOURS, id="behind"), pytest.param(HOURS, id="ahead")]
-Hook = Callable[[Call | NextBatch], Awaitable[None]]
 
 
 def skew_client_clock(monkeypatch: pytest.MonkeyPatch, skew: timedelta) -> None:
@@ -42,31 +40,6 @@ def skew_client_clock(monkeypatch: pytest.MonkeyPatch, skew: timedelta) -> None:
             return datetime.now(tz) + skew
 
     monkeypatch.setattr(documents, "datetime", Skewed, raising=False)
-
-
-async def drive(
-    api: Api,
-    operation: Operation[Any],
-    before: Hook | None = None,
-    result_of: Callable[[Call | NextBatch, Any], Any] | None = None,
-) -> Any:
-    """Run ``operation`` call by call (``calls.Relay``): ``before`` each call is sent,
-    ``result_of`` may change what a call returns."""
-    relay = Relay(operation)
-    while (step := relay.next_step()) is not None:
-        assert isinstance(step, (Call, NextBatch))
-        if before is not None:
-            await before(step)
-        try:
-            if api.is_async:
-                result = await aexecute(api.saver.collections, step)
-            else:
-                result = execute(api.saver.collections, step)
-        except Exception as exc:
-            relay.failed(exc)
-            continue
-        relay.returned(result if result_of is None else result_of(step, result))
-    return relay.value
 
 
 def is_tombstoning(step: Call | NextBatch) -> bool:

@@ -24,7 +24,7 @@ from mongo_ckpt.calls import Call, NextBatch, Operation
 from mongo_ckpt.layout import CHECKPOINTS
 from tests.backends import maybe_await, wire_uri
 from tests.saver_support import Api
-from tests.test_maintenance_clock import drive
+from tests.stepping import drive
 
 TTL = 3600.0
 

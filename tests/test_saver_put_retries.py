@@ -28,7 +28,7 @@ from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
 from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
-from tests.test_saver_fork_races import Stepper
+from tests.stepping import Stepper
 
 pytestmark = BOTH_PUT_PATHS
 

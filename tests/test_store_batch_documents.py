@@ -16,8 +16,8 @@ from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.namespaces import joined
 from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import sync_client
+from tests.store_stepping import LISTING, Stepper, listed, operation, truth
 from tests.store_support import ttl_indexes
-from tests.test_store_registry import LISTING, Stepper, _listed, _operation, _truth
 
 NAMES = [("users", f"u{i}", "memories") for i in range(registry.BATCH_FROM + 2)]
 
@@ -62,11 +62,11 @@ def test_a_shorter_ttl_named_by_a_batch_document_is_noticed(make_store: Any) -> 
     for index in ttl_indexes(store.collections["store"].index_information()):
         store.collections["store"].drop_index(index)
     store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])  # never expire
-    assert _listed(store) == NAMES
+    assert listed(store) == NAMES
     store.batch([PutOp(ns, key, {}, ttl=ttl) for ns in NAMES for key, ttl in (("k", 5), ("b", 6))])
     past = documents.utc_now() - timedelta(seconds=1)
     store.collections["store"].update_many(ONLY_ITEMS, {"$set": {"expires_at": past}})
-    assert _listed(store) == []
+    assert listed(store) == []
 
 
 def test_a_fold_cut_part_way_is_folded_again(db_name: str) -> None:
@@ -79,11 +79,11 @@ def test_a_fold_cut_part_way_is_folded_again(db_name: str) -> None:
         store = MongoDBStore(client, db_name)
         store.setup()
         store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])
-        lister = Stepper(_operation(store, [LISTING]))
+        lister = Stepper(operation(store, [LISTING]))
         for _ in range(2 + cut):  # the page, the batch documents, then ``cut`` requests
             lister.step(store.collections)
         assert len(_batches(store)) == (1 if cut <= len(NAMES) else 0), cut
-        assert _listed(store) == NAMES, cut
+        assert listed(store) == NAMES, cut
     client.drop_database(db_name)
 
 
@@ -94,10 +94,10 @@ def test_a_batch_document_folded_twice_leaves_the_entries_exact(make_store: Any)
     store.setup()
     store.batch([PutOp(ns, "k", {"v": 1}, ttl=5) for ns in NAMES])
     (batch,) = _batches(store)
-    assert _listed(store) == NAMES
+    assert listed(store) == NAMES
     store.delete(NAMES[0], "k")
     store.collections["store"].insert_one({**batch, "_id": "batch:again", "ns": "\0\0again"})
-    assert _listed(store) == NAMES[1:] == _truth(store)
+    assert listed(store) == NAMES[1:] == truth(store)
     entries = _entries(store)
     assert joined(NAMES[0]) not in entries
     items = {doc["ns"]: doc for doc in store.collections["store"].find({"key": "k"})}
@@ -111,12 +111,12 @@ def test_a_put_cut_before_its_batch_document_is_listed_once_retried(make_store: 
     store = make_store()
     store.setup()
     puts = [PutOp(ns, "k", {"v": 1}) for ns in NAMES]
-    cut = Stepper(_operation(store, puts))
+    cut = Stepper(operation(store, puts))
     for _ in range(len(NAMES)):  # the inserts, not the batch document
         cut.step(store.collections)
-    assert _listed(store) == []
+    assert listed(store) == []
     store.batch(puts)
-    assert _listed(store) == NAMES == _truth(store)
+    assert listed(store) == NAMES == truth(store)
 
 
 def test_a_batch_naming_more_than_a_document_holds_writes_several(
@@ -146,11 +146,11 @@ def test_a_backlog_is_folded_in_parts_each_kept(db_name: str, monkeypatch: Any) 
     for round_ in range(3):
         store.batch([PutOp(ns, f"k{round_}", {"v": round_}) for ns in NAMES])
     assert len(_batches(store)) == 3
-    lister = Stepper(_operation(store, [LISTING]))
+    lister = Stepper(operation(store, [LISTING]))
     for _ in range(2 + len(NAMES) + 1):  # the page, the batch documents, the first part
         lister.step(store.collections)
     assert len(_batches(store)) == 2
-    assert _listed(store) == NAMES
+    assert listed(store) == NAMES
     assert _batches(store) == []
     client.drop_database(db_name)
 

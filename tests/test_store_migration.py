@@ -9,14 +9,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from langgraph.store.base import PutOp
 from langgraph.store.mongodb import MongoDBStore as OfficialStore
 
-from mongo_ckpt.cli import CliState, cli
 from mongo_ckpt.store import MongoDBStore, documents
 from mongo_ckpt.store.migration import NotOfficialStoreError, migrate_official_store
 from mongo_ckpt.store.reading import utc
+from tests.cli_support import invoke
 from tests.store_support import DIMS, FakeEmbeddings
 
 VALUES = {
@@ -25,9 +24,6 @@ VALUES = {
     "c": {"text": "mountain bikes", "n": 3},
 }
 
-
-def invoke(client: Any, *args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), obj=CliState(client=client))
 
 
 class Collection:

@@ -18,8 +18,8 @@ from mongo_ckpt.schema import SCHEMA_COLLECTION, STORE_SCHEMA_VERSION, read_vers
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store.namespaces import joined, prefixes
 from tests.backends import uri_for
-from tests.test_cli_migrate import invoke
-from tests.test_store_registry import LISTING, Stepper, _operation
+from tests.cli_support import invoke
+from tests.store_stepping import LISTING, Stepper, operation
 
 NS = ("users", "u1", "memories")
 
@@ -47,7 +47,7 @@ def test_a_quiet_put_moves_the_version_of_a_claimed_entry(make_store: Any) -> No
     store = make_store()
     store.setup()
     store.put(NS, "a", {"v": 1})
-    lister = Stepper(_operation(store, [LISTING]))
+    lister = Stepper(operation(store, [LISTING]))
     lister.step(store.collections)  # the page: the entry is flagged
     lister.step(store.collections)  # the claim
     claimed = _entry(store)

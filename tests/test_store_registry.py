@@ -20,33 +20,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp
-from pymongo.errors import BulkWriteError
+from langgraph.store.base import GetOp, Op, PutOp
 
 from mongo_ckpt import SchemaUpgradeRequired, schema
-from mongo_ckpt.calls import Call, Operation
-from mongo_ckpt.drivers import execute
 from mongo_ckpt.store import MongoDBStore, documents, registry
-from mongo_ckpt.store.reading import ONLY_ITEMS
-from mongo_ckpt.store.vectors import Embedded
 from tests.backends import maybe_await, sync_client, uri_for
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Interleave
 from tests.lengths import Length
+from tests.store_stepping import LISTING, Stepper, listed, operation, truth
 from tests.store_support import StoreApi, assert_entry_fields, ttl_indexes
 
 NS = ("users", "u1", "memories")
-
-
-def _listed(store: Any) -> list[tuple[str, ...]]:
-    return store.list_namespaces(limit=1000)
-
-
-def _truth(store: Any) -> list[tuple[str, ...]]:
-    """The namespaces with a live item, read from the items themselves."""
-    now = documents.utc_now()
-    query = {**ONLY_ITEMS, **documents.live(now)}
-    return sorted({tuple(d["namespace"]) for d in store.collections["store"].find(query)})
 
 
 async def test_deleting_the_last_item_unlists_its_namespace(store_api: Any) -> None:
@@ -106,7 +91,7 @@ def test_a_shorter_ttl_on_the_last_item_is_noticed(make_store: Any) -> None:
     store.put(NS, "k", {"v": 1})  # never expires
     store.put(NS, "k", {"v": 2}, ttl=5)  # now it does: the entry is flagged
     _expire_now(store, "k")
-    assert _listed(store) == []
+    assert listed(store) == []
     # Still stored, the item may be live on a clock behind: the entry stays, exact.
     entry = store.collections["store"].find_one(
         {"_id": registry.entry_id("users\x00u1\x00memories")}
@@ -131,9 +116,9 @@ def test_a_listing_on_a_clock_ahead_keeps_namespaces_live_on_other_clocks(
         store.put(NS, "k", {"v": 1}, ttl=2)  # expires in 12 minutes
     store.put(NS, "k", {"v": 2}, ttl=2)  # in 2: the entry is flagged
     with _clock(600):
-        assert _listed(store) == []
+        assert listed(store) == []
     assert store.get(NS, "k", refresh_ttl=False) is not None
-    assert _listed(store) == [NS]
+    assert listed(store) == [NS]
 
 
 def test_an_item_put_during_a_sweep_is_swept_or_listed(make_store: Any) -> None:
@@ -157,7 +142,7 @@ def test_an_item_put_during_a_sweep_is_swept_or_listed(make_store: Any) -> None:
         interleave.restore()
     assert landed
     found = writer.get(NS, "k", refresh_ttl=False) is not None
-    assert _listed(writer) == ([NS] if found else [])
+    assert listed(writer) == ([NS] if found else [])
 
 
 def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) -> None:
@@ -166,7 +151,7 @@ def test_omit_expired_false_lists_expired_items_still_stored(make_store: Any) ->
     store.collections["store"].drop_index("expires_at")
     store.put(NS, "k", {"v": 1}, ttl=5)
     _expire_now(store, "k")
-    assert _listed(store) == [NS]
+    assert listed(store) == [NS]
 
 
 @pytest.mark.parametrize(
@@ -202,58 +187,7 @@ async def test_items_of_a_pre_release_layout_are_refused(
 # -- races, step by step on mock -------------------------------------------------------
 
 
-class Stepper:
-    """An operation run one step at a time: each collection call, and each request of a
-    bulk write on its own (the server may interleave other writes between them). A
-    request that fails ends its ordered bulk write, whose error names its index."""
 
-    def __init__(self, operation: Operation[Any]) -> None:
-        self._operation = operation
-        self._queue: list[Call] = []
-        self._sent: Any = None
-        self._position = 0  # of the next request in its bulk write
-        self.done = False
-        self.result: Any = None
-        self._advance(lambda: self._operation.send(None))
-
-    def _advance(self, resume: Any) -> None:
-        try:
-            step = resume()
-        except StopIteration as stop:
-            self.done, self.result = True, stop.value
-            return
-        assert isinstance(step, Call)
-        self._position = 0
-        if step.method == "bulk_write":
-            self._queue = [
-                Call(step.collection, step.method, ([r],), step.kwargs) for r in step.args[0]
-            ]
-        else:
-            self._queue = [step]
-
-    def step(self, collections: dict[str, Any]) -> None:
-        call = self._queue.pop(0)
-        try:
-            result = execute(collections, call)
-        except BulkWriteError as error:
-            details = dict(error.details)
-            details["writeErrors"] = [
-                {**e, "index": e["index"] + self._position} for e in details["writeErrors"]
-            ]
-            self._queue = []
-            self._advance(lambda: self._operation.throw(BulkWriteError(details)))
-            return
-        self._position += 1
-        if not self._queue:
-            sent = None if call.method == "bulk_write" else result
-            self._advance(lambda: self._operation.send(sent))
-
-
-def _operation(store: MongoDBStore, ops: list[Op]) -> Operation[Any]:
-    return store.ops.run_plan(store.ops.plan(ops), Embedded())
-
-
-LISTING = ListNamespacesOp(match_conditions=(), max_depth=None, limit=10, offset=0)
 SCENARIOS = {
     "delete k, put j": ([PutOp(NS, "k", None)], [PutOp(NS, "j", {"v": 2})]),
     "delete k, put k": ([PutOp(NS, "k", None)], [PutOp(NS, "k", {"v": 2})]),
@@ -267,7 +201,7 @@ def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
     expiry of its items, unless folding the batch documents naming it flags it; every
     namespace with a live item has an entry, or a batch document names it."""
     now = documents.utc_now()
-    live = {registry_key(ns) for ns in _truth(store)}
+    live = {registry_key(ns) for ns in truth(store)}
     found = list(store.collections["store"].find({registry.LISTED: {"$exists": True}}))
     entries = [doc for doc in found if doc[registry.LISTED] != registry.BATCHES]
     # Namespaces that batch documents left to the next listing to fold: (latest, earliest).
@@ -322,7 +256,7 @@ class Race:
         collection = self.store.collections["store"]
         collection.delete_many({})
         collection.insert_many([dict(doc) for doc in self.start])
-        run = Run([Stepper(_operation(self.store, ops)) for ops in self.actors])
+        run = Run([Stepper(operation(self.store, ops)) for ops in self.actors])
         for actor in schedule:
             run.step(actor, self.store.collections)
         return run
@@ -360,8 +294,8 @@ class Race:
         _entries_are_exact(self.store, run.schedule)
         answer = run.actors[2].result[0]
         assert (answer == [NS]) in self.linearizable(run.spans()), (run.schedule, answer)
-        assert _listed(self.store) == _truth(self.store)
-        assert _listed(self.store) == _truth(self.store)
+        assert listed(self.store) == truth(self.store)
+        assert listed(self.store) == truth(self.store)
         # A listing with nothing beside it settles every flagged entry it met.
         assert self.store.collections["store"].find_one({"recheck": True}) is None
 
@@ -464,8 +398,8 @@ def test_threaded_writers_and_listers_on_wire(db_name: str) -> None:
         t.join()
     assert not errors, errors
     assert len(listings) == 80
-    assert _listed(store) == _truth(store)
-    assert _listed(store) == _truth(store)
+    assert listed(store) == truth(store)
+    assert listed(store) == truth(store)
     client.drop_database(db_name)
     client.close()
 
@@ -481,7 +415,7 @@ def test_a_listing_never_settles_an_entry_removed_and_created_again_since_its_cl
     store = MongoDBStore(client, db_name)
     store.put(NS, "k", {"v": 1}, ttl=2)
     collection = store.collections["store"]
-    lister = Stepper(_operation(store, [LISTING]))
+    lister = Stepper(operation(store, [LISTING]))
     lister.step(store.collections)  # the page of entries
     lister.step(store.collections)  # the claim of the flagged entry
     collection.delete_one({"key": "k"})
@@ -491,7 +425,7 @@ def test_a_listing_never_settles_an_entry_removed_and_created_again_since_its_cl
     while not lister.done:
         lister.step(store.collections)
     assert lister.result[0] == []  # true when it probed
-    assert _listed(store) == [NS]
+    assert listed(store) == [NS]
     client.drop_database(db_name)
 
 
@@ -515,18 +449,18 @@ def test_an_entry_removed_expired_in_the_middle_of_a_put_is_created_again(
     store = _monitorless(db_name)
     with _clock(-600):
         store.put(NS, "j", {"v": 1}, ttl=1)  # expired nine minutes ago
-    assert _listed(store) == []
+    assert listed(store) == []
     collection = store.collections["store"]
     entry = registry.entry_id(registry_key(NS))
     assert collection.find_one({"_id": entry}) is not None
-    put = Stepper(_operation(store, [PutOp(NS, "k", {"v": 2}, ttl=ttl)]))
+    put = Stepper(operation(store, [PutOp(NS, "k", {"v": 2}, ttl=ttl)]))
     put.step(store.collections)  # the item
     assert store.sweep_ttl() == 1
     assert collection.find_one({"_id": entry}) is None
     while not put.done:
         put.step(store.collections)
-    assert _truth(store) == [NS]
-    assert _listed(store) == [NS]
+    assert truth(store) == [NS]
+    assert listed(store) == [NS]
     store.client.drop_database(db_name)
 
 
@@ -540,10 +474,10 @@ def test_a_listing_that_probed_before_a_shorter_ttl_never_writes_its_expiry_back
     expired."""
     store = MongoDBStore(sync_client("mock"), db_name)
     store.put(NS, "k", {"v": 1})
-    lister = Stepper(_operation(store, [LISTING]))
+    lister = Stepper(operation(store, [LISTING]))
     for _ in range(3):  # the page, the claim, the probe: k never expires
         lister.step(store.collections)
-    put = Stepper(_operation(store, [PutOp(NS, "k", {"v": 2}, ttl=5)]))
+    put = Stepper(operation(store, [PutOp(NS, "k", {"v": 2}, ttl=5)]))
     put.step(store.collections)  # the item, expiring in 5 minutes
     put.step(store.collections)  # the entry flagged: it may expire earlier now
     while not lister.done:
@@ -552,7 +486,7 @@ def test_a_listing_that_probed_before_a_shorter_ttl_never_writes_its_expiry_back
         put.step(store.collections)
     with _clock(360):
         assert store.get(NS, "k", refresh_ttl=False) is None
-        assert _listed(store) == []
+        assert listed(store) == []
     store.client.drop_database(db_name)
 
 
@@ -564,14 +498,14 @@ def test_a_refresh_read_before_an_overwrite_without_a_ttl_leaves_it_without_one(
     as in ``InMemoryStore`` in either order."""
     store = MongoDBStore(sync_client("mock"), db_name)
     store.put(NS, "k", {"v": 1}, ttl=5)
-    reader = Stepper(_operation(store, [GetOp(NS, "k", refresh_ttl=True)]))
+    reader = Stepper(operation(store, [GetOp(NS, "k", refresh_ttl=True)]))
     reader.step(store.collections)  # the item, with its TTL
     store.put(NS, "k", {"v": 2})
-    assert _listed(store) == [NS]  # settled: never expires
+    assert listed(store) == [NS]  # settled: never expires
     while not reader.done:
         reader.step(store.collections)
     assert "expires_at" not in store.collections["store"].find_one({"key": "k"})
     with _clock(360):
         assert store.get(NS, "k", refresh_ttl=False).value == {"v": 2}
-        assert _listed(store) == [NS]
+        assert listed(store) == [NS]
     store.client.drop_database(db_name)
