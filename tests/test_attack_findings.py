@@ -27,9 +27,9 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
 from tests.backends import maybe_await
 from tests.faults import _fail, _Wrapper
+from tests.retry_support import graph_on, lost_reply, msg, three
 from tests.saver_support import BOTH_PUT_PATHS, Api
 from tests.stepping import Fork, Stepper
-from tests.test_saver_put_retries import graph_on, lost_reply, msg, three
 
 pytestmark = BOTH_PUT_PATHS
 

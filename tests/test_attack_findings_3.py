@@ -31,11 +31,11 @@ from mongo_ckpt import (
 from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from tests.backends import aclose, async_client, failing_bulk_write, maybe_await, wire_uri
+from tests.bulk_write_support import chat_turn, put_one
 from tests.delta_graphs import Shape, builder, message_summary
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api, assert_no_orphans, put_chain
-from tests.test_client_bulk_write import chat_turn, put_one
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, PENDING, SCHEMA
 from tests.backends import Target, count_calls, maybe_await, target_params
 from tests.faults import MODES, Fault, Faults
 from tests.graphs import SEED_INPUT, SeedState, thread
+from tests.probe_support import probes, record_requests
 from tests.saver_support import (
     BOTH_PUT_PATHS,
     LOGICAL,
@@ -39,7 +40,6 @@ from tests.saver_support import (
 )
 from tests.stepping import MAINTENANCE as FORK_MAINTENANCE
 from tests.stepping import STEPPED, Fork, Stepper, step_until
-from tests.test_parent_probe import probes, record_requests
 
 pytestmark = BOTH_PUT_PATHS
 

@@ -28,8 +28,8 @@ from tests.backends import count_calls, maybe_await
 from tests.clock_skew import skewed_client_clock
 from tests.delta_conversation import Conversation
 from tests.graphs import chat_builder, thread
+from tests.prefetch_support import replaying_latest
 from tests.saver_support import Api
-from tests.test_delta_prefetch import replaying_latest
 
 AGGREGATE = (CHECKPOINTS, "aggregate")
 

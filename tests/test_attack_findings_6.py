@@ -36,11 +36,11 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, PENDING, WRITES
 from mongo_ckpt.migration import Source, migrate_from_official, verify_migration
 from mongo_ckpt.payload import COMPRESS_FROM, ZLIB
 from tests.backends import maybe_await
+from tests.chat_support import chat, human
 from tests.faults import Fault, Faults
 from tests.prose import prose
 from tests.saver_support import Api, assert_no_orphans, stop_compressing
 from tests.stepping import Stepper, step_until
-from tests.test_compressed_values import chat, human
 
 # LangGraph's special channels (``WRITES_IDX_MAP``): written with ``$set``, they overwrite.
 ERROR, INTERRUPT = "__error__", "__interrupt__"

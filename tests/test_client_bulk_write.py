@@ -12,7 +12,6 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
-    generate_metadata,
 )
 from pymongo import InsertOne, MongoClient, UpdateOne, monitoring
 from pymongo.errors import BulkWriteError, OperationFailure
@@ -37,6 +36,7 @@ from tests.backends import (
     sync_client,
     wire_uri,
 )
+from tests.bulk_write_support import chat_turn, put_one
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api, put_write_calls
 
@@ -58,22 +58,6 @@ class Commands(monitoring.CommandListener):
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [command for sent, command in self.sent if sent == name]
-
-
-def put_one(
-    saver: Any,
-    thread_id: str,
-    value: str = "x",
-    parent: Any = None,
-    checkpoint: Any = None,
-    version: str = "1",
-) -> Any:
-    """A put of channel ``a`` = ``value`` at ``version`` (or of ``checkpoint``)."""
-    checkpoint = checkpoint or generate_checkpoint(
-        channel_values={"a": value}, channel_versions={"a": version}
-    )
-    config = parent or generate_config(thread_id)
-    return saver.put(config, checkpoint, generate_metadata(), {"a": version})
 
 
 @pytest.fixture
@@ -196,10 +180,6 @@ def test_a_value_stored_already_is_adopted_before_any_checkpoint_names_it(
     found = saver.get_tuple(generate_config("t"))
     assert found is not None and found.checkpoint["channel_values"] == {"a": "x"}
     wire_client.drop_database(db_name)
-
-
-def chat_turn(graph: Any, thread_id: str, text: str) -> None:
-    graph.invoke({"messages": [HumanMessage(text)]}, thread(thread_id))
 
 
 @pytest.mark.parametrize("code", sorted(NO_SUCH_COMMAND))

@@ -11,13 +11,12 @@ from typing import Annotated, Any
 
 import pytest
 from bson import Binary
-from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.graph.message import _messages_delta_reducer
 from typing_extensions import TypedDict
 
@@ -25,27 +24,12 @@ from mongo_ckpt import MissingValueError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
 from mongo_ckpt.payload import COMPRESS_FROM, ZLIB, digest, join, split
 from tests.backends import maybe_await
+from tests.chat_support import chat, human
 from tests.prose import prose
 from tests.saver_support import Api, stop_compressing
 
 SERDE = JsonPlusSerializer()
 COMPRESSED = {"type": {"$regex": "\\+zlib$"}}
-
-
-def chat(state: type = MessagesState) -> StateGraph:
-    def reply(state: dict[str, Any]) -> dict[str, Any]:
-        n = len(state["messages"])
-        return {"messages": [AIMessage(prose(n, 3000), id=f"ai-{n}")]}
-
-    builder = StateGraph(state)
-    builder.add_node("reply", reply)
-    builder.add_edge(START, "reply")
-    builder.add_edge("reply", END)
-    return builder
-
-
-def human(turn: int) -> dict[str, Any]:
-    return {"messages": [HumanMessage(prose(1000 + turn, 3000), id=f"human-{turn}")]}
 
 
 async def _converse(api: Api, builder: StateGraph, turns: int, thread_id: str = "t") -> Any:

@@ -14,7 +14,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 from pymongo import MongoClient, monitoring
 
@@ -26,9 +25,8 @@ from tests.delta_conversation import AGGREGATE, FREQUENCY, Conversation
 from tests.delta_graphs import HistoryWalks, Recorder
 from tests.graphs import thread
 from tests.perf.conversation import DELTA, converse
+from tests.prefetch_support import CHANNEL, replaying_latest
 from tests.saver_support import LOGICAL, Api
-
-CHANNEL = "messages"
 
 
 async def test_a_turn_after_its_own_reads_its_state_in_one_aggregation(api: Api) -> None:
@@ -144,19 +142,6 @@ async def test_a_prune_between_the_tuple_and_the_history(api: Api) -> None:
     assert await cold_history(api, latest.config) == expected
     await talk.turn(0)
     await talk.check_state(0)
-
-
-async def replaying_latest(talk: Conversation) -> CheckpointTuple:
-    """Turns on the first instance until its latest checkpoint replays the channel (holds
-    no snapshot of it); that checkpoint, read."""
-    api = talk.apis[0]
-    for _ in range(2 * FREQUENCY):
-        await talk.turn(0)
-        latest = await api.get_tuple(thread("t"))
-        assert latest is not None
-        if CHANNEL not in latest.checkpoint["channel_values"]:
-            return latest
-    raise AssertionError("no turn left the channel to replay")
 
 
 async def cold_history(api: Api, config: Any) -> Any:

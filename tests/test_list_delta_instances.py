@@ -24,15 +24,15 @@ from mongo_ckpt.listdelta import DIGEST_SIZE, LINK_BYTES, fingerprints
 from mongo_ckpt.memory import THREAD_BYTES
 from tests.graphs import thread
 from tests.lengths import Length
-from tests.prose import prose
-from tests.saver_support import LOGICAL, Api, assert_no_orphans, maybe_await
-from tests.test_list_delta_differential import (
+from tests.list_delta_programs import (
     check_bounded_chains,
     check_reads,
     programs,
     run_program,
 )
-from tests.test_list_delta_storage import ENCRYPTED, Chain, message
+from tests.list_delta_support import ENCRYPTED, Chain, message
+from tests.prose import prose
+from tests.saver_support import LOGICAL, Api, assert_no_orphans, maybe_await
 
 TURNS = 60
 DELTAS = {"base": {"$exists": True}}

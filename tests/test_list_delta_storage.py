@@ -13,7 +13,6 @@ import bson
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, MessagesState, StateGraph
 
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
@@ -21,43 +20,10 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.listdelta import DIGEST_SIZE, fingerprints
 from mongo_ckpt.reading import MissingValueError
 from tests.backends import count_calls, total, wire_uri
+from tests.list_delta_support import ENCRYPTED, Chain, message
 from tests.saver_support import BOTH_PUT_PATHS, Api, maybe_await, put_write_calls
 
 MB = 1024 * 1024
-ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef" * 2)
-
-
-class Chain:
-    """Checkpoints put one after another on one thread: ``messages`` grows, ``other`` stays."""
-
-    def __init__(self, api: Api, thread_id: str = "t") -> None:
-        self.api, self.thread_id = api, thread_id
-        self.config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
-        self.values: dict[str, Any] = {"messages": [], "other": ["fixed"]}
-        self.versions: dict[str, Any] = {}
-        self.n = 0
-
-    async def put(self, messages: list[Any], *, changed: tuple[str, ...] = ("messages",)) -> Any:
-        self.values = {**self.values, "messages": messages}
-        saver = self.api.saver
-        new = {ch: saver.get_next_version(self.versions.get(ch), None) for ch in changed}
-        if not self.versions:
-            new["other"] = saver.get_next_version(None, None)
-        self.versions = {**self.versions, **new}
-        self.n += 1
-        checkpoint = {
-            **empty_checkpoint(),
-            "id": f"1ef{self.n:012d}",
-            "channel_values": self.values,
-            "channel_versions": dict(self.versions),
-        }
-        metadata = {"source": "loop", "step": self.n, "parents": {}}
-        self.config = await self.api.put(self.config, checkpoint, metadata, new)
-        return self.config
-
-
-def message(i: int, size: int = 1000) -> HumanMessage:
-    return HumanMessage(f"{i:06d}" + "x" * size, id=f"m{i}")
 
 
 class SentBytes:
@@ -151,7 +117,6 @@ async def test_round_trips(api: Api) -> None:
     assert (await other.get_tuple(again)).checkpoint["channel_values"]["messages"] == messages[:21]
 
 
-
 class BlobDocsRead:
     """Wraps the checkpoints collection: value documents each ``aggregate`` returned (a
     ``get_tuple`` reads its values in its aggregation)."""
@@ -209,7 +174,6 @@ async def test_over_16_mib(api: Api) -> None:
     assert (await api.get_tuple(second)).checkpoint["channel_values"]["messages"] == longer
 
 
-
 async def test_encrypted(api: Api) -> None:
     secret = api.reopened(serde=ENCRYPTED)
     chain = Chain(secret)
@@ -230,7 +194,6 @@ async def test_encrypted(api: Api) -> None:
     assert got.checkpoint["channel_values"]["messages"] == messages
 
 
-
 async def test_missing_base_is_loud(api: Api) -> None:
     chain = Chain(api)
     messages: list[Any] = []
@@ -246,7 +209,6 @@ async def test_missing_base_is_loud(api: Api) -> None:
     assert (error.thread_id, error.checkpoint_ns, error.channel) == ("t", "", "messages")
     assert error.version == doc["version"] and error.base == doc["base"]
     assert repr(doc["base"]) in str(error)
-
 
 
 async def test_whole_values_of_earlier_versions_still_read(saver: MongoDBSaver) -> None:

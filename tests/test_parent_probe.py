@@ -7,7 +7,6 @@ and a tombstoned one is refused as before."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,33 +14,17 @@ from bson import ObjectId
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance.test_utils import generate_metadata
-from pymongo import UpdateOne
 
 from mongo_ckpt import StaleParentError
-from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.maintenance import DOOMED, DOOMED_AT
-from tests.backends import count_calls, maybe_await, record_first_arguments
+from tests.backends import count_calls, maybe_await
 from tests.graphs import chat_builder, thread
+from tests.probe_support import _updates, probes, record_requests
 from tests.saver_support import BOTH_PUT_PATHS, Api
 
 pytestmark = BOTH_PUT_PATHS
-
-
-def record_requests(api: Api) -> list[Any]:
-    """The request lists of every ``bulk_write`` the saver sends on ``checkpoints`` or on
-    the client, as they are sent."""
-    return record_first_arguments(api.saver.collections, (CHECKPOINTS, CLIENT), "bulk_write")
-
-
-def _updates(sent: list[Any]) -> Iterator[UpdateOne]:
-    return (r for requests in sent for r in requests if isinstance(r, UpdateOne))
-
-
-def probes(sent: list[Any]) -> list[dict[str, Any]]:
-    """The filters of the parent probes among the requests ``sent``."""
-    return [r._filter for r in _updates(sent) if DOOMED in r._filter and r._upsert]
 
 
 def pending_inserts(sent: list[Any]) -> int:

@@ -16,8 +16,8 @@ from mongo_ckpt.layout import BLOBS, CHECKPOINTS, JOIN_SEP
 from mongo_ckpt.payload import CHUNK_SIZE
 from mongo_ckpt.reading import checkpoint_query, split_joined, tuple_pipeline
 from tests.backends import count_calls, maybe_await
+from tests.list_delta_support import Chain
 from tests.saver_support import Api
-from tests.test_list_delta_storage import Chain
 
 MB = 1024 * 1024
 ONE_AGGREGATE = {(CHECKPOINTS, "aggregate"): 1}

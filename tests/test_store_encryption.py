@@ -30,10 +30,10 @@ from mongo_ckpt.store.operations import STORE, StoreOperations
 from mongo_ckpt.store.reading import ONLY_ITEMS, all_of
 from mongo_ckpt.store.vectors import Embedded, unit, unpacked
 from tests.backends import count_calls, maybe_await, sync_client, total
+from tests.filter_cases import BAD_FILTERS, CASES, ITEMS
 from tests.lengths import Length
+from tests.store_programs import OPS, _check
 from tests.store_support import DIMS, FakeEmbeddings
-from tests.test_store_differential import OPS, _check
-from tests.test_store_filters import BAD_FILTERS, CASES, ITEMS
 
 MARKER = "plaintext-marker-c4f1"
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
