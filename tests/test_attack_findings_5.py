@@ -30,6 +30,7 @@ from tests.delta_conversation import Conversation
 from tests.graphs import chat_builder, thread
 from tests.prefetch_support import replaying_latest
 from tests.saver_support import Api
+from tests.subgraph_support import parent_builder
 
 AGGREGATE = (CHECKPOINTS, "aggregate")
 
@@ -545,7 +546,6 @@ async def test_a_subgraph_resumed_and_rerun_by_another_instance(api: Api) -> Non
 
     from langgraph.types import Command
 
-    from tests.test_graph_subgraphs import parent_builder
 
     reference = parent_builder(Counter()).compile(checkpointer=InMemorySaver())
     graph = api.compile(parent_builder(Counter()))
