@@ -1,6 +1,7 @@
-"""Adversarial review (h10): each test reproduces one remaining way to lose, mix or
-misreport a conversation, and asserts the behaviour the contract (docs/architecture.md,
-DESIGN.md §2) or ``InMemorySaver`` gives. They fail on the code they were written against."""
+"""Maintenance beside writers: idle-thread deletion, ``delete_thread``, ``prune`` and copies
+racing puts, retries and graph turns. Each test reproduces one way a conversation was lost,
+mixed or misreported, and asserts what the contract (docs/architecture.md, DESIGN.md §2) or
+``InMemorySaver`` gives."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adversarial tests of the insert-first batch shape (9b4c483): a batch of at least
+"""The insert-first batch shape of the store: a batch of at least
 ``documents.INSERTS_FROM`` puts inserts its items, the first stored one sending the rest
 again as upserts. Each test states the contract it checks (docs/store.md)."""
 

@@ -1,5 +1,5 @@
-"""Adversarial review of slim checkpoint documents: each test reproduces one way they lost
-or misreported a value, and asserts what the contract (DESIGN.md §2) or ``InMemorySaver``
+"""Slim checkpoint documents read back what was put: each test reproduces one way they
+lost or misreported a value, and asserts what the contract (DESIGN.md §2) or ``InMemorySaver``
 gives. Findings 2 and 5 came from values without data held in the checkpoint document
 (since removed: every value has a value document); 3 and 4 from the optional fields and
 the metadata stored once. (Findings 1 and 6, two instances writing the pre-release and the

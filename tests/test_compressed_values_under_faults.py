@@ -1,8 +1,8 @@
-"""Attacks on compressed values (``payload.split(compress=True)``, the
-head's ``compression`` field, ``vid`` the digest of the stored bytes) and on the late
+"""Compressed values under faults and disagreeing instances (``payload.split(compress=True)``,
+the type tag ``msgpack+zlib``, ``vid`` the digest of the stored bytes), and the late
 confirmation's unmark (``maintenance.unmark_after_late_confirmation``).
 
-What is attacked: special-channel writes (``WRITES_IDX_MAP``), which overwrite their head
+What is tried: special-channel writes (``WRITES_IDX_MAP``), which overwrite their head
 with ``$set``, written once compressed and once not (a smaller value, or another instance
 that does not compress yet); two attempts of one value with and without compression (a
 cut one and its retry, by instances that disagree on compressing), whose
