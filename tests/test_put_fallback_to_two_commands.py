@@ -1,11 +1,10 @@
-"""Attacks on the newest-checkpoint read (``reading.newest_stages``), the value head's
-"insert or fail" upsert (``documents.blob_requests``) and the fallback of a put whose
-client-level ``bulkWrite`` the server refuses (``client_bulk.PutPath``)."""
+"""A put whose client-level ``bulkWrite`` the server refuses (``client_bulk.PutPath``):
+after a failover to an older primary, a refusal after part of the command ran, refusals
+meeting cuts, clones and shared clients, refused puts whose parent is missing. The put
+then goes on in two commands and stores what two commands store."""
 
 from __future__ import annotations
 
-import random
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,12 +29,11 @@ from mongo_ckpt import (
 )
 from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from tests.backends import aclose, async_client, failing_bulk_write, maybe_await, wire_uri
+from tests.backends import aclose, async_client, failing_bulk_write, wire_uri
 from tests.bulk_write_support import chat_turn, put_one
 from tests.delta_graphs import Shape, builder, message_summary
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, thread
-from tests.saver_support import Api, assert_no_orphans, put_chain
 
 
 @pytest.fixture
@@ -305,199 +303,6 @@ def test_another_saver_set_up_on_the_client_falls_back_on_its_own_refusal(
     found = other.get_tuple(generate_config("t"))
     assert found is not None and found.config["configurable"] == o2["configurable"]
     wire_client.drop_database(db_name)
-
-
-# -- 4. The head's "insert or fail" upsert -------------------------------------------------
-
-
-def test_the_head_is_inserted_with_part_0_and_never_matches_a_stored_one(
-    wire_client: Any, db_name: str
-) -> None:
-    saver = MongoDBSaver(wire_client, db_name)
-    put_one(saver, "t", "x")
-    [head] = saver.collections[BLOBS].find({}, {"_id": 0, "part": 1, "version": 1})
-    assert head == {"part": 0, "version": "1"} and type(head["part"]) is int
-    # The same version of the channel again, other value: the stored head stops the command
-    # before the checkpoint; another checkpoint names the version, so its value is kept.
-    other = put_one(saver, "t", "other")
-    assert saver.collections[BLOBS].count_documents({}) == 1
-    found = saver.get_tuple(other)
-    assert found is not None and found.checkpoint["channel_values"] == {"a": "x"}
-    # The same checkpoint again with another value (nothing else names it): refused.
-    lone = put_one(saver, "u", "x")
-    with pytest.raises(ConflictingValueError):
-        saver.put(
-            lone,
-            {
-                **generate_checkpoint(channel_values={"a": "y"}, channel_versions={"a": "1"}),
-                "id": lone["configurable"]["checkpoint_id"],
-            },
-            generate_metadata(),
-            {"a": "1"},
-        )
-    assert saver.collections[BLOBS].count_documents({"thread_id": "u"}) == 1
-    wire_client.drop_database(db_name)
-
-
-def test_a_multipart_head_over_the_client_bulk_write(wire_client: Any, db_name: str) -> None:
-    saver = MongoDBSaver(wire_client, db_name)
-    # Several parts: pseudo-random bytes, which compression cannot shrink.
-    big = random.Random(0).randbytes(17 * 1024 * 1024)
-    first = put_one(saver, "t", big)
-    assert saver.uses_client_bulk_write
-    parts = [d["part"] for d in saver.collections[BLOBS].find({}, {"part": 1})]
-    assert parts.count(0) == 1 and len(parts) > 1
-    found = MongoDBSaver(wire_client, db_name).get_tuple(first)
-    assert found is not None and found.checkpoint["channel_values"] == {"a": big}
-    # The same version in a new checkpoint: the stored head stops the command, adopted.
-    again = put_one(saver, "t", big)
-    adopted = MongoDBSaver(wire_client, db_name).get_tuple(again)
-    assert adopted is not None and adopted.checkpoint["channel_values"] == {"a": big}
-    assert saver.collections[BLOBS].count_documents({"part": 0}) == 1
-    wire_client.drop_database(db_name)
-
-
-def test_concurrent_puts_of_one_version_store_one_head(db_name: str) -> None:
-    """Workers on their own clients put the same channel version, different values, at
-    once: one head is stored; each put either wins, adopts it or is refused."""
-    clients = [MongoClient(wire_uri(), directConnection=True) for _ in range(4)]
-    savers = [MongoDBSaver(c, db_name) for c in clients]
-    savers[0].setup()
-    for s in savers:
-        s.setup()
-    outcomes: list[Any] = [None] * len(savers)
-    barrier = threading.Barrier(len(savers))
-
-    def worker(i: int) -> None:
-        barrier.wait()
-        try:
-            outcomes[i] = put_one(savers[i], "t", f"value-{i}")
-        except ConflictingValueError as exc:
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(savers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    heads = list(savers[0].collections[BLOBS].find({"part": 0}))
-    assert len(heads) == 1
-    winner = [i for i, o in enumerate(outcomes) if isinstance(o, dict)]
-    assert winner, outcomes
-    for cfg in (o for o in outcomes if isinstance(o, dict)):
-        found = savers[0].get_tuple(cfg)
-        assert found is not None
-        assert found.checkpoint["channel_values"]["a"] in {f"value-{i}" for i in winner}
-    clients[0].drop_database(db_name)
-    for c in clients:
-        c.close()
-
-
-# -- 5. newest_stages: pending checkpoints, ids, namespaces (every backend) ---------------
-
-
-async def set_pending(api: Api, config: Any) -> None:
-    key = {k: config["configurable"][k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}
-    await maybe_await(api.raw(CHECKPOINTS).update_one(key, {"$set": {"pending": True}}))
-
-
-async def test_a_thread_of_only_pending_checkpoints_reads_as_empty(api: Api) -> None:
-    [only] = await put_chain(api, "t", 1)
-    await set_pending(api, only)
-    assert await api.get_tuple(generate_config("t")) is None
-    assert await api.get_tuple(only) is None
-    assert await api.list(generate_config("t")) == []
-
-
-async def test_a_pending_newest_checkpoint_gives_the_one_before(api: Api) -> None:
-    configs = await put_chain(api, "t", 3)
-    sub = await put_chain(api, "t", 2, ns="sub")
-    await set_pending(api, configs[-1])
-    latest = await api.get_tuple(generate_config("t"))
-    assert latest is not None and latest.config["configurable"] == configs[1]["configurable"]
-    assert await api.get_tuple(configs[-1]) is None
-    named = await api.get_tuple(configs[0])
-    assert named is not None and named.checkpoint["channel_values"]["a"] == "t//a0"
-    in_sub = await api.get_tuple(generate_config("t", checkpoint_ns="sub"))
-    assert in_sub is not None and in_sub.config["configurable"] == sub[-1]["configurable"]
-    await set_pending(api, sub[-1])
-    await set_pending(api, sub[0])
-    assert await api.get_tuple(generate_config("t", checkpoint_ns="sub")) is None
-    latest = await api.get_tuple(generate_config("t"))
-    assert latest is not None and latest.config["configurable"] == configs[1]["configurable"]
-    other = await api.get_tuple(generate_config("u"))
-    assert other is None
-
-
-async def test_pending_false_and_missing_both_count_as_visible(api: Api) -> None:
-    configs = await put_chain(api, "t", 2)
-    key = {
-        k: configs[-1]["configurable"][k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")
-    }
-    await maybe_await(api.raw(CHECKPOINTS).update_one(key, {"$set": {"pending": False}}))
-    latest = await api.get_tuple(generate_config("t"))
-    assert latest is not None and latest.config["configurable"] == configs[-1]["configurable"]
-    await maybe_await(api.raw(CHECKPOINTS).update_one(key, {"$set": {"pending": None}}))
-    latest = await api.get_tuple(generate_config("t"))
-    assert latest is not None and latest.config["configurable"] == configs[-1]["configurable"]
-    await assert_no_orphans(api)
-
-
-# -- 6. DeltaChannel history and graphs around a pending checkpoint and a refusal ----------
-
-DELTA_SHAPE = Shape(snapshot_frequency=3, writers=2, subgraph=False, durability="sync")
-
-
-async def test_delta_state_with_a_pending_newest_checkpoint_is_the_one_before(api: Api) -> None:
-    """The newest checkpoint pending: get_tuple and the DeltaChannel history of the latest
-    are those of the checkpoint before, for the saver that wrote it (its memory expects
-    the pending one) and a cold one."""
-    graph = api.compile(builder(DELTA_SHAPE, delta=True))
-    for n in range(4):
-        message = HumanMessage(f"in{n}", id=f"in{n}")
-        await api.invoke(graph, {"messages": [message]}, thread("t"))
-    history = await api.history(graph, thread("t"))
-    await set_pending(api, history[0].config)
-    before = history[1].config
-    summaries = []
-    for reader in (api, api.reopened()):  # warm (it wrote the pending one), cold
-        latest, named = await reader.get_tuple(thread("t")), await reader.get_tuple(before)
-        assert latest is not None and named is not None
-        assert latest.config["configurable"] == before["configurable"]
-        assert (latest.checkpoint, latest.pending_writes) == (
-            named.checkpoint,
-            named.pending_writes,
-        )
-        at_latest = await reader.get_delta_channel_history(
-            config=thread("t"), channels=["messages"]
-        )
-        at_id = await reader.get_delta_channel_history(config=before, channels=["messages"])
-        assert at_latest == at_id
-        g = reader.compile(builder(DELTA_SHAPE, delta=True))
-        state = await reader.state(g, thread("t"))
-        assert state.config["configurable"] == before["configurable"]
-        summaries.append(message_summary(state.values["messages"]))
-        by_id = await reader.state(g, before)
-        assert message_summary(by_id.values["messages"]) == message_summary(
-            history[1].values["messages"]
-        )
-    assert summaries[0] == summaries[1]
-    # The run goes on from the checkpoint before the pending one.
-    await api.invoke(graph, {"messages": [HumanMessage("again", id="again")]}, thread("t"))
-    state = await api.state(graph, thread("t"))
-    assert [m[1] for m in message_summary(state.values["messages"])][-1].startswith("w")
-
-
-async def test_delta_history_at_a_pending_checkpoint_id(api: Api) -> None:
-    graph = api.compile(builder(DELTA_SHAPE, delta=True))
-    for n in range(3):
-        await api.invoke(graph, {"messages": [HumanMessage(f"in{n}", id=f"in{n}")]}, thread("t"))
-    history = await api.history(graph, thread("t"))
-    await set_pending(api, history[0].config)
-    cold = api.reopened()
-    assert await cold.get_tuple(history[0].config) is None
-    state = await cold.state(cold.compile(builder(DELTA_SHAPE, delta=True)), history[0].config)
-    assert state.values == {} and state.next == ()
 
 
 @pytest.mark.parametrize("at_put", [0, 1, 2])
