@@ -8,7 +8,7 @@ from typing import Any
 from langgraph.store.base import ListNamespacesOp, Op
 from pymongo.errors import BulkWriteError
 
-from mongo_ckpt.calls import Call, Operation
+from mongo_ckpt.calls import Call, Operation, Relay
 from mongo_ckpt.drivers import execute
 from mongo_ckpt.store import MongoDBStore, documents
 from mongo_ckpt.store.reading import ONLY_ITEMS
@@ -29,24 +29,23 @@ def truth(store: Any) -> list[tuple[str, ...]]:
 
 
 class Stepper:
-    """An operation run one step at a time: each collection call, and each request of a
-    bulk write on its own (the server may interleave other writes between them). A
-    request that fails ends its ordered bulk write, whose error names its index."""
+    """An operation run one step at a time through ``calls.Relay``: each collection call,
+    and each request of a bulk write on its own (the server may interleave other writes
+    between them). A request that fails ends its ordered bulk write, whose error names its
+    index."""
 
     def __init__(self, operation: Operation[Any]) -> None:
-        self._operation = operation
+        self.relay = Relay(operation)
         self._queue: list[Call] = []
-        self._sent: Any = None
         self._position = 0  # of the next request in its bulk write
         self.done = False
         self.result: Any = None
-        self._advance(lambda: self._operation.send(None))
+        self._advance()
 
-    def _advance(self, resume: Any) -> None:
-        try:
-            step = resume()
-        except StopIteration as stop:
-            self.done, self.result = True, stop.value
+    def _advance(self) -> None:
+        step = self.relay.next_step()
+        if step is None:
+            self.done, self.result = True, self.relay.value
             return
         assert isinstance(step, Call)
         self._position = 0
@@ -67,12 +66,13 @@ class Stepper:
                 {**e, "index": e["index"] + self._position} for e in details["writeErrors"]
             ]
             self._queue = []
-            self._advance(lambda: self._operation.throw(BulkWriteError(details)))
+            self.relay.failed(BulkWriteError(details))
+            self._advance()
             return
         self._position += 1
         if not self._queue:
-            sent = None if call.method == "bulk_write" else result
-            self._advance(lambda: self._operation.send(sent))
+            self.relay.returned(None if call.method == "bulk_write" else result)
+            self._advance()
 
 
 def operation(store: MongoDBStore, ops: list[Op]) -> Operation[Any]:
