@@ -13,11 +13,12 @@ A ``put`` reads top to bottom in five steps:
 3. values: written first, so a reader never sees a checkpoint without its values; a value
    stored by an earlier attempt is adopted (the stored value is the truth);
 4. checkpoint and parent probe: one ordered bulk write (``maintenance.probe_parent``);
-   where the saver uses the client-level bulk write (``client_bulk``), steps 3 and 4 are
-   one command, whose value heads are inserted or fail: a head stored already stops it
-   before the checkpoint, and the put goes on as in two commands (adopting that value);
+   steps 3 and 4 are two commands (``_put_in_two_commands``) or, where the saver uses the
+   client-level bulk write (``client_bulk``), one (``_put_in_one_command``), whose value
+   heads are inserted or fail: a head stored already stops it before the checkpoint, and
+   the put goes on as in two commands (adopting that value);
 5. take back: when the probe misses the parent, ``maintenance.judge_parent`` accepts the
-   checkpoint or takes it back (``StaleParentError``).
+   checkpoint or takes it back (``StaleParentError``; ``_settle_probe``).
 """
 
 from __future__ import annotations
@@ -148,6 +149,21 @@ class _Prefetch(NamedTuple):
     pipeline: list[Document]
     channels: Sequence[str]
     limit: int
+
+
+class _Put(NamedTuple):
+    """A put's steps 1 and 2, read by the path that writes it."""
+
+    key: dict[str, str]
+    parent_id: str | None
+    stored_parent: Any  # the parent's ``_id``, if known: the probe names it
+    values: Mapping[str, Any]  # the channel values, to compare a stored value with
+    plan: Plan
+    blobs: ValueWrites
+    doc: dict[str, Any]  # its ``values`` rewritten when a stored value is adopted
+
+    def checkpoint_requests(self) -> list[WriteRequest]:
+        return _checkpoint_requests(self.key, self.doc, self.parent_id, self.stored_parent)
 
 
 class ThreadExistsError(MongoCkptError, ValueError):
@@ -458,92 +474,70 @@ class CheckpointOperations:
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
-        values = checkpoint["channel_values"]
-        versions = checkpoint["channel_versions"]
+        values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
         # 1. plan
-        parent_chains = yield from self._parent_chains(
-            key, parent_id, values, versions, new_versions
-        )
-        plan = listdelta.plan(
-            self.memory.usable((thread_id, checkpoint_ns, checkpoint_id), parent_id),
-            self.memory.deltas_wanted,
-            values,
-            versions,
-            new_versions,
-            self.serde,
-            parent_chains,
-        )
+        chains = yield from self._parent_chains(key, parent_id, values, versions, new_versions)
+        usable = self.memory.usable((thread_id, checkpoint_ns, checkpoint_id), parent_id)
+        plan = listdelta.plan(usable, self.memory.deltas_wanted, values, versions,
+                              new_versions, self.serde, chains)
         # 2. build
-        blobs = blob_requests(
-            thread_id,
-            checkpoint_ns,
-            values,
-            new_versions,
-            self.serde,
-            plan.deltas,
-            compress=self.compressing,
-        )
-        doc = checkpoint_document(
-            key,
-            checkpoint,
-            metadata,
-            parent_id,
-            self.serde,
-            self.filterable_keys,
-            plan.chains,
-        )
+        blobs = blob_requests(thread_id, checkpoint_ns, values, new_versions, self.serde,
+                              plan.deltas, compress=self.compressing)
+        doc = checkpoint_document(key, checkpoint, metadata, parent_id, self.serde,
+                                  self.filterable_keys, plan.chains)
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
-        # 3. values: with the client-level bulk write, in one command with step 4
-        inserted: set[Any] = set()
-        written: Written = None  # what the checkpoint's requests did, once sent
         parent = None if parent_id is None else (thread_id, checkpoint_ns, parent_id)
         stored_parent = None if parent is None else self.memory.stored_id(parent)
-        path = self.put_path
-        if path is not None and path.namespaces is not None:
-            checkpoint_requests = _checkpoint_requests(key, doc, parent_id, stored_parent)
-            requests = [(BLOBS, blobs.inserting_heads()), (CHECKPOINTS, checkpoint_requests)]
-            try:
-                values_written, written = yield from client_bulk_write(requests, path.namespaces)
-            except (OperationFailure, InvalidOperation) as refused:
-                # Raised again unless the primary has no such command: then on in two
-                # commands, which also finish what an earlier attempt of it wrote.
-                path.refused(refused)
-            else:
-                inserted = _inserted_heads(blobs, values_written)
-                if isinstance(values_written, BulkWriteError):
-                    if not _head_stored(values_written, blobs):
-                        raise values_written
-                    # A head stored already stopped it before the checkpoint: as in two commands.
-                elif blobs.multipart:
-                    yield from _drop_stray_parts(BLOBS, BLOB_KEY, blobs)
-        if written is None:
-            if blobs.requests:
-                result = yield from _write_values(BLOBS, BLOB_KEY, blobs)
-                inserted |= _inserted_heads(blobs, result)
-                found = {k[2]: k[3] for k in blobs.heads.values() if k not in inserted}
-                if found:  # stored by an earlier attempt: the stored value is the truth
-                    yield from self._adopt_stored(key, plan, values, found, inserted)
-                    doc["values"] = values_entries(plan.chains)
-            # 4. checkpoint and parent probe
-            # Built after the values: an adopted stored value changes ``doc``.
-            written = yield from _write_checkpoint(
-                _checkpoint_requests(key, doc, parent_id, stored_parent)
-            )
-        # The checkpoint's ``_id``, if this call inserted it: the next put's probe names it.
-        stored_id = upserted_ids(written).get(0)
-        if isinstance(written, BulkWriteError):
-            if not maintenance.probe_missed(written):
-                raise written
-            # 5. take back (or accept a parent never stored, and confirm)
-            assert parent_id is not None  # only a put with a parent probes
-            mine = stored_id is not None
-            yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
-            yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
-            yield from maintenance.unmark_after_late_confirmation(key, parent_id, doc)
+        prepared = _Put(key, parent_id, stored_parent, values, plan, blobs, doc)
+        # 3. values and 4. the checkpoint with its parent probe: in one command where the
+        # server has the client-level bulk write, else in two
+        one = self.put_path is not None and self.put_path.namespaces is not None
+        sent = self._put_in_one_command if one else self._put_in_two_commands
+        written, inserted = yield from sent(prepared)
+        # 5. take back (or accept a parent never stored, and confirm)
+        stored_id = yield from _settle_probe(key, parent_id, doc, written, inserted)
         self.memory.wrote(
             (thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata, stored_id
         )
         return {"configurable": key}
+
+    def _put_in_one_command(self, put: _Put) -> Operation[tuple[Written, set[Any]]]:
+        """Values and checkpoint in one ordered client-level ``bulkWrite``; on in two
+        commands when the primary has no such command (a failover to a pre-8.0 primary) or
+        a head stored already stopped it before the checkpoint (a retry: its value is
+        adopted, with the heads this command inserted)."""
+        path = self.put_path
+        assert path is not None and path.namespaces is not None
+        requests = [(BLOBS, put.blobs.inserting_heads()), (CHECKPOINTS, put.checkpoint_requests())]
+        try:
+            values_written, written = yield from client_bulk_write(requests, path.namespaces)
+        except (OperationFailure, InvalidOperation) as refused:
+            path.refused(refused)  # raised again unless the primary has no such command
+            return (yield from self._put_in_two_commands(put))
+        inserted = _inserted_heads(put.blobs, values_written)
+        if isinstance(values_written, BulkWriteError):
+            if not _head_stored(values_written, put.blobs):
+                raise values_written
+            return (yield from self._put_in_two_commands(put, inserted))
+        if put.blobs.multipart:
+            yield from _drop_stray_parts(BLOBS, BLOB_KEY, put.blobs)
+        return written, inserted
+
+    def _put_in_two_commands(
+        self, put: _Put, inserted: set[Any] | None = None
+    ) -> Operation[tuple[Written, set[Any]]]:
+        """3. the values (a value an earlier attempt stored is adopted: the stored value is
+        the truth), then 4. the checkpoint and its parent probe, built after them (an
+        adopted value changes ``doc``); also what finishes a stopped one-command put."""
+        inserted = set() if inserted is None else inserted
+        if put.blobs.requests:
+            result = yield from _write_values(BLOBS, BLOB_KEY, put.blobs)
+            inserted |= _inserted_heads(put.blobs, result)
+            found = {k[2]: k[3] for k in put.blobs.heads.values() if k not in inserted}
+            if found:
+                yield from self._adopt_stored(put.key, put.plan, put.values, found, inserted)
+                put.doc["values"] = values_entries(put.plan.chains)
+        return (yield from _write_checkpoint(put.checkpoint_requests())), inserted
 
     def _adopt_stored(
         self,
@@ -743,6 +737,28 @@ def _checkpoint_requests(
     )
     write = UpdateOne(key, checkpoint_update(doc, pending=True), upsert=True)
     return [write, parent, confirm_checkpoint(key)]
+
+
+def _settle_probe(
+    key: Mapping[str, str],
+    parent_id: str | None,
+    doc: Mapping[str, Any],
+    written: Written,
+    inserted: set[Any],
+) -> Operation[Any]:
+    """Step 5: when the parent probe missed, take the put back, or accept a parent never
+    stored (``maintenance.judge_parent``), then confirm; the checkpoint's ``_id`` if this
+    call inserted it (the next put's probe names it)."""
+    stored_id = upserted_ids(written).get(0)
+    if isinstance(written, BulkWriteError):
+        if not maintenance.probe_missed(written):
+            raise written
+        assert parent_id is not None  # only a put with a parent probes
+        mine = stored_id is not None
+        yield from maintenance.judge_parent(key, parent_id, doc, inserted, mine)
+        yield from bulk_write(CHECKPOINTS, [confirm_checkpoint(key)], ordered=True)
+        yield from maintenance.unmark_after_late_confirmation(key, parent_id, doc)
+    return stored_id
 
 
 def _inserted_heads(blobs: ValueWrites, written: Written) -> set[Any]:
