@@ -5,12 +5,12 @@ from pathlib import Path
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.client_bulk import ClientBulkWriteUnavailable
 from mongo_ckpt.connection import UnacknowledgedWritesError
+from mongo_ckpt.copying import ThreadExistsError
 from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.maintenance import StaleParentError
-from mongo_ckpt.operations import ThreadExistsError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired, library_version

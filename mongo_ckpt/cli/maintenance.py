@@ -13,8 +13,9 @@ from mongo_ckpt import inspection
 from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
 from mongo_ckpt.cli.output import DONE, NOTHING_MATCHED, NothingMatched, console, emit_json, table
 from mongo_ckpt.clock import server_now
+from mongo_ckpt.copying import ThreadExistsError
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
-from mongo_ckpt.operations import Deleted, ThreadExistsError
+from mongo_ckpt.operations import Deleted
 
 F = TypeVar("F", bound=Callable[..., Any])
 LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes"}

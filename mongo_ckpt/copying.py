@@ -1,0 +1,150 @@
+"""``copy_thread``: a thread's checkpoints, values and writes copied onto another thread,
+beside live writers and maintenance (the methods of ``CheckpointOperations`` that copy)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo import ReplaceOne, UpdateOne
+
+from mongo_ckpt import maintenance
+from mongo_ckpt.calls import (
+    Document,
+    Operation,
+    WriteRequest,
+    bulk_write,
+    find,
+    find_cursor,
+    next_batch,
+    update_many,
+)
+from mongo_ckpt.documents import checkpoint_update
+from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.identifiers import coerce_id
+from mongo_ckpt.layout import (
+    BLOB_KEY,
+    BLOBS,
+    CHECKPOINT_KEY,
+    CHECKPOINTS,
+    WRITE_KEY,
+    WRITES,
+    blob_join,
+    write_join,
+)
+from mongo_ckpt.reading import (
+    SKELETON,
+    Key,
+    blob_keys_query,
+    key_of,
+    keys_query,
+    needed_values,
+)
+
+COPY_BATCH = 200
+
+
+_KEY_FIELDS = {
+    CHECKPOINTS: CHECKPOINT_KEY,
+    BLOBS: (*BLOB_KEY, "part"),
+    WRITES: (*WRITE_KEY, "part"),
+}
+
+
+COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
+
+
+
+
+class CopyOperations:
+    """``copy_thread`` and its target check (a part of ``CheckpointOperations``)."""
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
+        source = coerce_id(source_thread_id, "source_thread_id")
+        target = coerce_id(target_thread_id, "target_thread_id")
+        if source == target:
+            raise ValueError("copy_thread needs two different thread ids")
+        yield from self.check_copy_target(source, target)
+        # The checkpoints as they are now, then the values and writes they name (exact
+        # keys: nothing unnamed, which no maintenance of a deleted target would remove),
+        # then those checkpoints, as in ``put``: a checkpoint written during the copy
+        # (whose values may have been missed) is not copied.
+        query = {"thread_id": source}
+        ids = yield from find(CHECKPOINTS, query, projection=SKELETON)
+        if ids:
+            values = needed_values(ids)
+            if values:
+                yield from _copy(BLOBS, blob_keys_query(values), target)
+            yield from _copy(WRITES, keys_query(key_of(s) for s in ids), target)
+        copied: set[Key] = set()
+        for start in range(0, len(ids), COPY_BATCH):
+            batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
+            copied |= yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+        # Checkpoints deleted from the source meanwhile were not copied: what the copy
+        # wrote for them alone is marked for maintenance (``delete_thread`` of the target
+        # removes it with the rest).
+        missed = [s for s in ids if key_of(s) not in copied]
+        if missed:
+            unused = needed_values(missed) - needed_values(s for s in ids if key_of(s) in copied)
+            yield from maintenance.mark_values({(target, *k[1:]) for k in unused})
+            writes = keys_query((target, *key_of(s)[1:]) for s in missed)
+            yield from update_many(WRITES, writes, maintenance.MARK)
+
+
+    def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
+        """Raise ``ThreadExistsError`` when the target has checkpoints of its own: copying
+        would merge two histories. Checkpoints an earlier (maybe cut) copy of the same
+        source wrote do not count, so the same copy again is harmless."""
+        source = coerce_id(source_thread_id, "source_thread_id")
+        target = coerce_id(target_thread_id, "target_thread_id")
+        own = {"thread_id": target, COPIED_FROM: {"$ne": source}}
+        if (yield from find(CHECKPOINTS, own, projection={"_id": 1}, limit=1)):
+            raise ThreadExistsError(target)
+
+
+class ThreadExistsError(MongoCkptError, ValueError):
+    """``copy_thread`` onto a thread that already has checkpoints of its own."""
+
+    def __init__(self, target_thread_id: str) -> None:
+        super().__init__(
+            f"thread {target_thread_id!r} already has checkpoints: copying onto it would merge "
+            "two histories; delete it first (delete_thread, `mongo-ckpt delete`) or copy to "
+            "a new thread id"
+        )
+        self.target_thread_id = target_thread_id
+
+
+def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[set[Key]]:
+    """Copy the documents ``query`` matches onto thread ``target``; their source keys."""
+    copied: set[Key] = set()
+    cursor = yield from find_cursor(collection, query)
+    while docs := (yield from next_batch(cursor, COPY_BATCH)):
+        requests: builtins.list[WriteRequest] = [
+            _copy_request(collection, doc, target) for doc in docs
+        ]
+        yield from bulk_write(collection, requests, ordered=False)
+        copied.update(key_of(doc, _KEY_FIELDS[collection]) for doc in docs)
+    return copied
+
+
+def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:
+    source = doc["thread_id"]
+    # A mark is the source's maintenance's (set on a value or write a checkpoint being
+    # deleted names, maybe lifted again later): copied, it would let any maintenance call
+    # delete the copy before the checkpoints naming it are copied. What the copy wrote
+    # for checkpoints it missed alone, it marks itself.
+    doc = {k: v for k, v in doc.items() if k not in ("_id", maintenance.DOOMED)}
+    doc["thread_id"] = target
+    key = {f: doc.get(f) for f in _KEY_FIELDS[collection]}
+    if collection == CHECKPOINTS:
+        # A tombstone belongs to the source's maintenance, and the copy is the target's
+        # activity now: ``created_at`` is the server's time of the copy.
+        own = (maintenance.DOOMED, maintenance.DOOMED_AT, "created_at")
+        copied = {k: v for k, v in doc.items() if k not in own} | {COPIED_FROM: source}
+        return UpdateOne(key, checkpoint_update(copied), upsert=True)
+    if collection == BLOBS:
+        doc["join"] = blob_join(*key_of(doc, BLOB_KEY))
+    elif collection == WRITES:
+        doc["join"] = write_join(*key_of(doc))
+    return ReplaceOne(key, doc, upsert=True)
