@@ -151,10 +151,13 @@ class WriteOperations:
         path = self.put_path
         assert path is not None and path.namespaces is not None
         requests = [(BLOBS, put.blobs.inserting_heads()), (CHECKPOINTS, put.checkpoint_requests())]
+        refused = False
         try:
             values_written, written = yield from client_bulk_write(requests, path.namespaces)
-        except (OperationFailure, InvalidOperation) as refused:
-            path.refused(refused)  # raised again unless the primary has no such command
+        except (OperationFailure, InvalidOperation) as error:
+            path.refused(error)  # raised again unless the primary has no such command
+            refused = True
+        if refused:  # outside the handler: an error of the fallback does not chain to it
             return (yield from self._put_in_two_commands(put))
         inserted = _inserted_heads(put.blobs, values_written)
         if isinstance(values_written, BulkWriteError):

@@ -188,7 +188,7 @@ async def _cut_then_retry(
     return stored
 
 
-# Found in review, fixed: operations._drop_stray_parts runs only for keys whose own attempt is
+# Found in review, fixed: writing._drop_stray_parts runs only for keys whose own attempt is
 # in several parts (ValueWrites.multipart): a cut uncompressed attempt in parts retried by a
 # compressing instance in one part leaves the cut attempt's parts until a maintenance of the
 # thread after STRAY_AGE

@@ -190,6 +190,23 @@ def test_a_code_meaning_something_else_is_raised_and_keeps_the_path(
     wire_client.drop_database(db_name)
 
 
+def test_an_error_of_the_two_commands_is_not_chained_to_the_refusal(
+    wire_client: Any, db_name: str
+) -> None:
+    """The fallback's own error (a conflicting retry) is raised as itself: its traceback
+    does not read as raised while handling the refusal, which was dealt with."""
+    saver = MongoDBSaver(wire_client, db_name)
+    checkpoint = generate_checkpoint(channel_values={"a": "one"}, channel_versions={"a": "1"})
+    saver.put(generate_config("t"), checkpoint, generate_metadata(), {"a": "1"})
+    assert saver.uses_client_bulk_write
+    PrefixThenRefused(saver, 0)
+    again = {**checkpoint, "channel_values": {"a": "two"}}
+    with pytest.raises(ConflictingValueError) as raised:
+        saver.put(generate_config("t"), again, generate_metadata(), {"a": "1"})
+    assert raised.value.__context__ is None
+    wire_client.drop_database(db_name)
+
+
 # -- 3. Refusals meeting cuts, clones, shared clients --------------------------------------
 
 

@@ -115,9 +115,10 @@ def _setup_commands() -> list[str]:
 
 @pytest.mark.exhaustive
 def test_the_readmes_setup_commands_work_and_type_check(tmp_path: Path) -> None:
-    """The README's two set-up commands, as written, in a new virtual environment (the
-    dependencies seen from this one): the demo runs, the tests collect from the clone's
-    root, and mypy --strict finds ``mongo_ckpt.store`` and its types."""
+    """The README's two set-up commands, as written, in a copy of the clone and a new
+    virtual environment (the dependencies seen from this one; the copy keeps the install's
+    links away from the tests running beside this one): the demo runs, the tests collect
+    from the clone's root, and mypy --strict finds ``mongo_ckpt.store`` and its types."""
     pytest.importorskip("mypy", reason="mypy comes with the test extra")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
@@ -125,15 +126,18 @@ def test_the_readmes_setup_commands_work_and_type_check(tmp_path: Path) -> None:
     bin_dir = str(venv / "bin")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MONGODB_URI", None)
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".git", "build", "__pycache__",
+                                                                ".mypy_cache", ".ruff_cache"))
     demo, tests = _setup_commands()
     for command in (demo, tests):
         install, run = (part.strip() for part in command.split("&&"))
-        subprocess.run(shlex.split(install), check=True, timeout=600, cwd=ROOT, env=env)
+        subprocess.run(shlex.split(install), check=True, timeout=600, cwd=clone, env=env)
         argv = shlex.split(run)
         if argv[:3] == ["python", "-m", "pytest"]:  # the whole suite is this run's job
             argv = [*argv[:3], "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0",
                     f"--basetemp={tmp_path / 'pytest'}", "tests/test_store_contract.py"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=clone,
                               env=env)
         assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
     script = tmp_path / "uses_the_store.py"
