@@ -114,6 +114,20 @@ class Plan:
         return found | {tuple(op.namespace) for op in self.puts.values()}
 
 
+def _refused_write(write: Operation[Any], entries: Sequence[str]) -> Operation[None]:
+    """``write`` (a listing's claim or write-back of registry ``entries``); a write the
+    server refuses (``OperationFailure``, ``BulkWriteError`` included) is logged: the entries
+    stay flagged, and the listing answers from its probe, as the next one settles them."""
+    try:
+        yield from write
+    except OperationFailure as error:
+        logger.warning(
+            "list_namespaces could not settle %d registry entries (%s...): %s; answered from "
+            "the items, the next listing tries again",
+            len(entries), ", ".join(registry.joined_of(e) for e in entries[:3]), error,
+        )
+
+
 def _where(db_name: str, collection_name: str) -> str:
     """How errors name the store's collection."""
     return f"database {db_name!r} (collection {collection_name})"
@@ -387,9 +401,11 @@ class StoreOperations:
         """Claim flagged registry entries (one ``bulk_write``), probe their items (one
         ``aggregate``) and write each back exact, or remove it (one ``bulk_write``), unless
         a write touched it after the claim; whether each one's namespace had a live item
-        when probed, by entry ``_id``."""
+        when probed, by entry ``_id``. The probe is the answer: a claim or write-back the
+        server refuses is logged and left to the next listing (``_refused_write``)."""
         claim = registry.new_version()
-        yield from bulk_write(STORE, [registry.claim_request(entries, claim)], ordered=True)
+        claims = [registry.claim_request(entries, claim)]
+        yield from _refused_write(bulk_write(STORE, claims, ordered=True), entries)
         probe = registry.probe_pipeline([registry.joined_of(entry) for entry in entries])
         found = yield from aggregate(STORE, probe)
         # No group for no items (mongomock returns one whose ``until`` is None).
@@ -402,7 +418,7 @@ class StoreOperations:
             # it: the entry goes only with the last item, and otherwise records its expiry.
             settled.append(registry.settled_request(entry, claim, until))
             live[entry] = until is not None and until > now
-        yield from bulk_write(STORE, settled, ordered=False)
+        yield from _refused_write(bulk_write(STORE, settled, ordered=False), entries)
         return live
 
     def _recent_matching(

@@ -509,3 +509,32 @@ def test_a_refresh_read_before_an_overwrite_without_a_ttl_leaves_it_without_one(
         assert store.get(NS, "k", refresh_ttl=False).value == {"v": 2}
         assert listed(store) == [NS]
     store.client.drop_database(db_name)
+
+
+def test_a_listing_whose_settling_the_server_refuses_still_answers(
+    db_name: str, caplog: Any
+) -> None:
+    """On the wire server, the claim and the write-back of a listing refused (a failing
+    ``update``): the listing answers from its probe and logs it; the entry stays flagged
+    until the next listing settles it."""
+    from pymongo import MongoClient
+
+    client: MongoClient[Any] = MongoClient(uri_for("wire"), directConnection=True)
+    store = MongoDBStore(client, db_name)
+    store.put(NS, "a", {"v": 1})
+    store.put(("gone",), "a", {"v": 1})
+    store.delete(("gone",), "a")
+    spec = {"failCommands": ["update", "delete"], "errorCode": 2, "errmsg": "refused"}
+    client.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 3},
+                          "data": spec})
+    try:
+        assert store.list_namespaces() == [NS]
+    finally:
+        client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+    assert "could not settle" in caplog.text
+    entries = store.collections["store"].find({registry.LISTED: {"$exists": True}})
+    assert any(entry.get("recheck") for entry in entries)
+    assert store.list_namespaces() == [NS]
+    assert store.collections["store"].find_one({"recheck": True}) is None
+    client.drop_database(db_name)
+    client.close()
