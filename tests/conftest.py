@@ -182,6 +182,14 @@ def length(request: Any) -> Length:
 
 
 @pytest.fixture
+def wire_client() -> Iterator[Any]:
+    """A PyMongo client of this worker's wire server."""
+    client: Any = sync_client("wire")
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def db_name() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 

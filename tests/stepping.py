@@ -146,3 +146,14 @@ async def drive(
             continue
         relay.returned(result if result_of is None else result_of(step, result))
     return relay.value
+
+
+async def maintenance_calls(api: Api, maintenance_call: Callable[[Any], Operation[Any]]) -> int:
+    """How many collection calls ``maintenance_call`` (given the saver's ``forget``) makes
+    on a ``Fork`` thread alone (the thread is deleted afterwards)."""
+    await Fork.build(api)
+    alone = Stepper(api, maintenance_call(api.saver.memory.forget))
+    await alone.finish()
+    assert alone.raised is None
+    await api.delete_thread("t")
+    return alone.calls

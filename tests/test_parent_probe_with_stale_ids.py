@@ -39,7 +39,7 @@ from tests.saver_support import (
     values_at,
 )
 from tests.stepping import MAINTENANCE as FORK_MAINTENANCE
-from tests.stepping import STEPPED, Fork, Stepper, step_until
+from tests.stepping import STEPPED, Fork, Stepper, maintenance_calls, step_until
 
 pytestmark = BOTH_PUT_PATHS
 
@@ -145,14 +145,6 @@ def _triples(calls: int, every: bool) -> list[tuple[int, int, int]]:
     return sorted({(a, b, c) for a in range(calls + 1) for b in later(a) for c in later(b)})
 
 
-async def _delete_thread_calls(api: Api, name: str) -> int:
-    await Fork.build(api)
-    alone = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
-    await alone.finish()
-    assert alone.raised is None
-    await api.delete_thread("t")
-    return alone.calls
-
 
 @pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
@@ -166,7 +158,7 @@ async def test_fork_with_a_stale_id_from_a_checkpoint_being_deleted(
     of the parent and its confirmation. The put is stored whole (its history too) or
     refused and leaves nothing behind; nothing pending is listed; every listed checkpoint
     reads back whole; one more prune leaves no orphan."""
-    calls = await _delete_thread_calls(api, name)
+    calls = await maintenance_calls(api, MAINTENANCE[name])
     outcomes = {"stored": 0, "refused": 0}
     problems: list[str] = []
     for first, second, third in _triples(calls, every=target.backend == "mock"):

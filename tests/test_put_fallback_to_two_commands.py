@@ -18,7 +18,6 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pymongo import MongoClient
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from mongo_ckpt import (
@@ -29,18 +28,11 @@ from mongo_ckpt import (
 )
 from mongo_ckpt.calls import CLIENT
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
-from tests.backends import aclose, async_client, failing_bulk_write, wire_uri
+from tests.backends import aclose, async_client, failing_bulk_write
 from tests.bulk_write_support import chat_turn, put_one
 from tests.delta_graphs import Shape, builder, message_summary
 from tests.faults import Fault, Faults
 from tests.graphs import chat_builder, thread
-
-
-@pytest.fixture
-def wire_client() -> Iterator[Any]:
-    client: Any = MongoClient(wire_uri(), directConnection=True)
-    yield client
-    client.close()
 
 
 def texts(graph: Any, thread_id: str) -> list[Any]:

@@ -27,7 +27,7 @@ from mongo_ckpt.drivers import aexecute, execute
 from mongo_ckpt.layout import PENDING
 from tests.backends import Target, target_params
 from tests.saver_support import BOTH_PUT_PATHS, Api, assert_no_orphans
-from tests.stepping import MAINTENANCE, STEPPED, Fork, Stepper
+from tests.stepping import MAINTENANCE, STEPPED, Fork, Stepper, maintenance_calls
 
 pytestmark = BOTH_PUT_PATHS
 
@@ -40,14 +40,6 @@ def _pairs(calls: int, every: bool) -> list[tuple[int, int]]:
     return sorted({(a, b) for a in range(calls + 1) for b in (a, min(a + 1, calls), calls)})
 
 
-async def _maintenance_calls(api: Api, name: str) -> int:
-    await Fork.build(api)
-    alone = Stepper(api, MAINTENANCE[name](api.saver.memory.forget))
-    await alone.finish()
-    assert alone.raised is None
-    await api.delete_thread("t")
-    return alone.calls
-
 
 @pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
@@ -56,7 +48,7 @@ async def _maintenance_calls(api: Api, name: str) -> int:
 async def test_fork_from_a_checkpoint_being_deleted(
     api: Api, target: Target, name: str, shares: str
 ) -> None:
-    calls = await _maintenance_calls(api, name)
+    calls = await maintenance_calls(api, MAINTENANCE[name])
     outcomes = {"stored": 0, "refused": 0}
     for first, second in _pairs(calls, every=target.backend == "mock"):
         fork = await Fork.build(api, shares)

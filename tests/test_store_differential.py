@@ -6,13 +6,10 @@ import uuid
 from typing import Any
 
 import mongomock
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pymongo import MongoClient
 
 from mongo_ckpt.store import MongoDBStore
-from tests.backends import wire_uri
 from tests.lengths import Length
 from tests.store_programs import (
     OPS,
@@ -28,12 +25,6 @@ def test_same_answers_as_in_memory_store_on_mongomock(put_shape: str, length: Le
 
     check()
 
-
-@pytest.fixture(scope="module")
-def wire_client() -> Any:
-    client: MongoClient = MongoClient(wire_uri(), directConnection=True)
-    yield client
-    client.close()
 
 
 def test_same_answers_as_in_memory_store_over_the_wire(wire_client: Any, length: Length) -> None:

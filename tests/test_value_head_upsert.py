@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,14 +22,6 @@ from mongo_ckpt import (
 from mongo_ckpt.layout import BLOBS
 from tests.backends import wire_uri
 from tests.bulk_write_support import put_one
-
-
-@pytest.fixture
-def wire_client() -> Iterator[Any]:
-    client: Any = MongoClient(wire_uri(), directConnection=True)
-    yield client
-    client.close()
-
 
 # -- 4. The head's "insert or fail" upsert -------------------------------------------------
 
