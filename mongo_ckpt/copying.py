@@ -55,8 +55,6 @@ _KEY_FIELDS = {
 COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied from
 
 
-
-
 class CopyOperations:
     """``copy_thread`` and its target check (a part of ``CheckpointOperations``)."""
 

@@ -24,7 +24,6 @@ OfficialSaver = pytest.importorskip(
 AES_KEY = "0123456789abcdef"
 
 
-
 @pytest.fixture
 def dbs(client: Any, db_name: str) -> Iterator[tuple[str, str]]:
     yield f"{db_name}_src", db_name

@@ -38,7 +38,6 @@ UNSAFE = re.compile(
 AES_KEY = "0123456789abcdef" * 2
 
 
-
 def write_hostile(saver: MongoDBSaver) -> list[str]:
     """Threads THREAD (root graph: a hostile message and metadata) and namespace NS of it;
     returns THREAD's root checkpoint ids, oldest first."""

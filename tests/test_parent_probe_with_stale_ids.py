@@ -145,7 +145,6 @@ def _triples(calls: int, every: bool) -> list[tuple[int, int, int]]:
     return sorted({(a, b, c) for a in range(calls + 1) for b in later(a) for c in later(b)})
 
 
-
 @pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
 @pytest.mark.parametrize("shares", ["values", "history"])
@@ -254,7 +253,6 @@ async def test_a_fork_confirmed_after_maintenance_ended_leaves_no_value_marked(a
     await api.prune(["t"], strategy="keep_latest")
     marked = await api.docs(BLOBS, {"thread_id": "t", maintenance.DOOMED: True})
     assert [(d["channel"], d["version"]) for d in marked] == []
-
 
 
 async def test_a_late_confirmation_keeps_the_marks_of_a_call_deleting_the_fork(api: Api) -> None:

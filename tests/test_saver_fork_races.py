@@ -40,7 +40,6 @@ def _pairs(calls: int, every: bool) -> list[tuple[int, int]]:
     return sorted({(a, b) for a in range(calls + 1) for b in (a, min(a + 1, calls), calls)})
 
 
-
 @pytest.mark.mock_by_default
 @pytest.mark.parametrize("target", target_params(STEPPED), indirect=True)
 @pytest.mark.parametrize("shares", ["values", "history"])

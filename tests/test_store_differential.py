@@ -26,7 +26,6 @@ def test_same_answers_as_in_memory_store_on_mongomock(put_shape: str, length: Le
     check()
 
 
-
 def test_same_answers_as_in_memory_store_over_the_wire(wire_client: Any, length: Length) -> None:
     @length.settings(10)
     @given(ops=st.lists(OPS, max_size=25))

@@ -25,7 +25,6 @@ VALUES = {
 }
 
 
-
 class Collection:
     """PyMongo's ``create_index(keys=[names])`` as the official store calls it, on mongomock."""
 

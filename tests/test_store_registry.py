@@ -187,7 +187,6 @@ async def test_items_of_a_pre_release_layout_are_refused(
 # -- races, step by step on mock -------------------------------------------------------
 
 
-
 SCENARIOS = {
     "delete k, put j": ([PutOp(NS, "k", None)], [PutOp(NS, "j", {"v": 2})]),
     "delete k, put k": ([PutOp(NS, "k", None)], [PutOp(NS, "k", {"v": 2})]),
