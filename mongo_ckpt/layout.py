@@ -13,6 +13,7 @@ CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
 SCHEMA = "schema"  # logical name of the layout-version collection (``schema.py``)
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
 STORE = "store"  # logical name of the store's collection (``mongo_ckpt.store``)
+REGISTRY = "registry"  # logical name of the store's namespace registry (``store/registry.py``)
 # How the saver constructors name each collection; the CLI and the platform pass their own.
 ARGUMENTS = {
     CHECKPOINTS: "checkpoint_collection_name",
@@ -37,11 +38,18 @@ class CollectionNameClash(MongoCkptError, ValueError):
                 f"{labels[first]} is {self.name!r}, the name of mongo-ckpt's layout-version "
                 f"collection: pass another name for {labels[first]}"
             )
-        if STORE in self.roles:
+        if set(self.roles) == {STORE, REGISTRY}:
+            return (
+                f"{labels[first]} and {labels[second]} are both {self.name!r}: the store's "
+                "items and its namespace registry need a collection each; pass another name "
+                f"for {labels[REGISTRY]}"
+            )
+        if {STORE, REGISTRY} & set(self.roles):
+            ours = second if second in (STORE, REGISTRY) else first
             return (
                 f"{labels[first]} and {labels[second]} are both {self.name!r}: the store needs "
                 f"a collection of its own, apart from the checkpointer's; pass another name "
-                f"for {labels[STORE]}"
+                f"for {labels[ours]}"
             )
         return (
             f"{labels[first]} and {labels[second]} are both {self.name!r}: checkpoints, values "

@@ -25,10 +25,10 @@ instead of misreading. It is one ``Rung`` of its kind's ``Ladder`` (``LADDERS``)
 existing data changes, one step method on the kind's operations; ``climb`` runs the steps
 for ``setup()`` and ``upgrade()`` of both kinds.
 
-The store reads and writes one layout, version 5 (1 to 4 were development builds), the
-same way: recorded on new collections, anything else of ours refused. Version 5 is: the
-namespace registry beside the items on the items' indexes (``store/registry.py``), quiet
-puts and batch documents.
+The store reads and writes one layout, version 6 (1 to 5 were development builds), the
+same way: recorded on new collections, anything else of ours refused. Version 6 is: the
+items alone in the store's collection, the namespace registry in a collection of its own
+(``store/registry.py``) with batch documents.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Ladder:
 
 # One layout each before the first release; a new layout is one rung here and, when data
 # changes, one step method on the kind's operations.
-LADDERS = {"saver": Ladder((Rung(7),)), "store": Ladder((Rung(5),))}
+LADDERS = {"saver": Ladder((Rung(7),)), "store": Ladder((Rung(6),))}
 SAVER_SCHEMA_VERSION = LADDERS["saver"].current
 STORE_SCHEMA_VERSION = LADDERS["store"].current
 

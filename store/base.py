@@ -29,10 +29,11 @@ from mongo_ckpt.connection import (
     adopt_client,
     shared_client,
 )
-from mongo_ckpt.layout import check_names
+from mongo_ckpt.layout import REGISTRY, STORE, check_names
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
+from mongo_ckpt.store import layouts
 from mongo_ckpt.store.namespaces import check_namespace_shape
-from mongo_ckpt.store.operations import STORE, Plan, StoreOperations
+from mongo_ckpt.store.operations import Plan, StoreOperations
 from mongo_ckpt.store.vectors import aembed, embed
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
 
@@ -83,6 +84,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         serde: SerializerProtocol | None = None,
         auto_index_timeout: int | None = None,
         tracing: Tracing | None = None,
+        registry_collection_name: str | None = None,
     ) -> None:
         """``index``: semantic search (``IndexConfig``); ``ttl``: expiry (``TTLConfig``, minutes).
 
@@ -103,6 +105,10 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
 
         ``tracing``: OpenTelemetry spans (``mongo_ckpt.telemetry.Tracing``); by default
         traced when a global tracer provider is set (see docs/observability.md).
+
+        ``registry_collection_name``: the collection of the namespace registry
+        ``list_namespaces`` reads (default: the items collection's name + ``_namespaces``);
+        the items collection holds only items.
         """
         given: Any = client
         if _is_collection(given):  # MongoDBStore(collection, ttl_config=..., index_config=...)
@@ -112,7 +118,9 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
             db_name = given.database.name
             given = given.database.client
         adopt_client(self, given)
-        check_names({STORE: collection_name}, {STORE: "collection_name"})
+        registry_name = registry_collection_name or f"{collection_name}_namespaces"
+        names = {STORE: collection_name, REGISTRY: registry_name}
+        check_names(names, layouts.ARGUMENTS)
         index = _one_spelling("index", index, "index_config", index_config)
         ttl = _one_spelling("ttl", ttl, "ttl_config", ttl_config)
         unused = sorted(set(index or {}) - set(IndexConfig.__annotations__))
@@ -141,7 +149,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         if exact_search:
             self.ops.vector_search = False
         self.collections: dict[str, Any] = {
-            STORE: acknowledged(self, self.db[collection_name]),
+            **{logical: acknowledged(self, self.db[name]) for logical, name in names.items()},
             SCHEMA: self.db[SCHEMA_COLLECTION],
         }
         self._is_setup = False
@@ -162,6 +170,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         serde: SerializerProtocol | None = None,
         auto_index_timeout: int | None = None,
         tracing: Tracing | None = None,
+        registry_collection_name: str | None = None,
         client_kwargs: dict[str, Any] | None = None,
         timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
     ) -> Owned[Self]:
@@ -174,6 +183,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
                 client, db_name, collection_name, ttl_config, index_config, index=index,
                 ttl=ttl, exact_search=exact_search, serde=serde,
                 auto_index_timeout=auto_index_timeout, tracing=tracing,
+                registry_collection_name=registry_collection_name,
             ),
         )
 
@@ -212,7 +222,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
     def _setup_once(self) -> Operation[None]:
         """Index creation (and the vector index where there is one), unless done already."""
         if not self._is_setup:
-            yield from self.ops.setup(self.db.name, self.collections[STORE].name)
+            yield from self.ops.setup(self.db.name, self._names)
             self._is_setup = True
 
     # -- sync API -------------------------------------------------------------
@@ -236,7 +246,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         self._run(self._upgraded(), SpanInfo("upgrade"))
 
     def _upgraded(self) -> Operation[None]:
-        yield from self.ops.upgrade(self.db.name, self.collections[STORE].name)
+        yield from self.ops.upgrade(self.db.name, self._names)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
@@ -299,6 +309,11 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """The items collection (the official ``MongoDBStore.collection``; the documents'
         layout differs, see docs/migrating.md)."""
         return self.collections[STORE]
+
+    @property
+    def _names(self) -> dict[str, str]:
+        """The store's collection names, by logical name."""
+        return {logical: self.collections[logical].name for logical in (STORE, REGISTRY)}
 
     @property
     def _dims(self) -> int:

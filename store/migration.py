@@ -7,8 +7,8 @@ The official store (``langgraph-store-mongodb``) keeps one document per item:
 one vector per item, embedded from its single indexed field.
 
 ``migrate_official_store`` reads the source in ``_id`` order, a batch at a time, and
-writes each batch as one ordered ``bulk_write`` of upserts on ``(ns, key)`` followed
-by the namespace registry's entries (as a put does), then records the last ``_id`` done
+writes each batch as one ordered ``bulk_write`` of upserts on ``(ns, key)``, then one of
+the namespace registry's entries (as a put does), then records the last ``_id`` done
 in the schema collection: a rerun continues after it, and repeating a batch writes the
 same documents. Timestamps are kept; an item's expiry is its ``updated_at`` plus the
 source's TTL (items already expired are left out); vectors are copied when the target
@@ -36,6 +36,7 @@ from mongo_ckpt.store.vectors import packed, unit
 
 DEFAULT_STORE_BATCH = 500
 OFFICIAL_FIELDS = ("namespace", "key", "value", "created_at", "updated_at")
+OWN_FIELDS = {"ns", "prefixes"}  # what this store's items have besides them
 
 
 class NotOfficialStoreError(MongoCkptError, ValueError):
@@ -76,11 +77,16 @@ def check_official(doc: Mapping[str, Any]) -> None:
     missing = [name for name in OFFICIAL_FIELDS if name not in doc]
     namespace = doc.get("namespace")
     if missing or not isinstance(namespace, list) or not all(isinstance(x, str) for x in namespace):
-        raise NotOfficialStoreError(
-            f"document {doc.get('_id')!r} is not a langgraph-store-mongodb item (it needs "
-            f"{', '.join(OFFICIAL_FIELDS)}; missing: {', '.join(missing) or 'a list of labels'}"
-            "): pass the official store's collection (--source-store)"
-        )
+        needs = f"it needs {', '.join(OFFICIAL_FIELDS)}; missing: "
+        why = needs + (", ".join(missing) or "a list of labels")
+    elif doc.keys() >= OWN_FIELDS:
+        why = f"it has {', '.join(sorted(OWN_FIELDS))}: a mongo-ckpt store item"
+    else:
+        return
+    raise NotOfficialStoreError(
+        f"document {doc.get('_id')!r} is not a langgraph-store-mongodb item ({why}): pass "
+        "the official store's collection (--source-store)"
+    )
 
 
 def official_store_collections(database: Any) -> list[str]:
@@ -130,9 +136,11 @@ def converted(
     return fields
 
 
-def batch_requests(targets: Iterable[tuple[str, dict[str, Any]]]) -> list[UpdateOne]:
-    """Upserts of converted items (``(key, fields)``), then their namespaces' registry
-    entries: what one batch writes."""
+def batch_requests(
+    targets: Iterable[tuple[str, dict[str, Any]]],
+) -> tuple[list[UpdateOne], list[UpdateOne]]:
+    """Upserts of converted items (``(key, fields)``), and their namespaces' registry
+    entries: what one batch writes, in this order."""
     requests: list[UpdateOne] = []
     expiries: dict[tuple[str, ...], list[datetime]] = {}
     for key, fields in targets:
@@ -141,7 +149,7 @@ def batch_requests(targets: Iterable[tuple[str, dict[str, Any]]]) -> list[Update
         requests.append(UpdateOne(selector, {"$set": fields}, upsert=True))
         expiries.setdefault(namespace, []).append(fields.get("expires_at", documents.FOREVER))
     entries = [registry.put_request(ns, u) for ns, u in expiries.items()]
-    return requests + entries
+    return requests, entries
 
 
 def progress_key(source: Any, target: Any) -> str:
@@ -208,8 +216,9 @@ def _write(
         counts.vectors += "embeddings" in fields
         items.append((doc["key"], fields))
     if items:
-        requests = batch_requests(items)
+        requests, entries = batch_requests(items)
         store.collections["store"].bulk_write(requests, ordered=True)
+        store.collections["registry"].bulk_write(entries, ordered=True)
     counts.items += len(items)
     update = {"$set": {"last_id": chunk[-1]["_id"], "items": counts.items}}
     marks.update_one({"_id": key}, update, upsert=True)

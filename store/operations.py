@@ -4,8 +4,9 @@ A batch runs in three steps. ``plan`` validates every op and groups them
 (nothing has touched the database if it raises); the caller then embeds the
 texts the plan asks for (sync or async); ``run_plan`` is the I/O as a
 ``calls.Operation``: one ``find`` for all gets, one call per search and per
-namespace listing, then one ordered ``bulk_write`` for every TTL refresh and
-put. Reads see the state before the batch's writes, as in ``InMemoryStore``;
+namespace listing, then one ordered ``bulk_write`` for every delete, TTL refresh
+and put, and one for their namespaces' registry entries (``registry``). Reads see
+the state before the batch's writes, as in ``InMemoryStore``;
 of several puts to one item the last wins.
 
 With a ``serde`` the values are stored serialized (encrypted with
@@ -45,13 +46,14 @@ from mongo_ckpt.calls import (
     create_indexes,
     create_search_index,
     delete_many,
-        find,
+    find,
     find_cursor,
     find_one,
     index_information,
     next_batch,
 )
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
+from mongo_ckpt.layout import REGISTRY, STORE
 from mongo_ckpt.schema import SCHEMA
 from mongo_ckpt.store import documents, layouts, reading, registry
 from mongo_ckpt.store.filters import matches, value_clauses
@@ -80,7 +82,6 @@ from mongo_ckpt.store.vectors import (
 
 logger = logging.getLogger(__name__)
 
-STORE = "store"
 # What asking for search indexes raises where there is no Atlas Search
 # (MongoDB Community, SecantusDB: OperationFailure; mongomock: NotImplementedError).
 SEARCH_UNAVAILABLE = (OperationFailure, NotImplementedError)
@@ -128,9 +129,9 @@ def _refused_write(write: Operation[Any], entries: Sequence[str]) -> Operation[N
         )
 
 
-def _where(db_name: str, collection_name: str) -> str:
-    """How errors name the store's collection."""
-    return f"database {db_name!r} (collection {collection_name})"
+def _where(db_name: str, names: Mapping[str, str]) -> str:
+    """How errors name the store's collections."""
+    return f"database {db_name!r} (collections {names[STORE]}, {names[REGISTRY]})"
 
 
 class StoreOperations:
@@ -148,7 +149,7 @@ class StoreOperations:
 
     # -- setup ----------------------------------------------------------------
 
-    def setup(self, db_name: str, collection_name: str) -> Operation[None]:
+    def setup(self, db_name: str, names: Mapping[str, str]) -> Operation[None]:
         """The layout version check (one round trip when recorded; on new collections a
         look for another layout, refused with ``ForeignCollectionError``, then the indexes
         and the version recorded: the current one, or the one another process recorded
@@ -157,15 +158,16 @@ class StoreOperations:
         oldest this release reads, are a pre-release layout: ``SchemaUpgradeRequired``,
         nothing written; an older version it reads is taken up the ladder as far as setup
         may (``schema.climb``)."""
-        key = schema.store_key(collection_name)
-        where = _where(db_name, collection_name)
+        key = schema.store_key(names[STORE])
+        where = _where(db_name, names)
         found = yield from schema.read(key, where)
         if found is None:
-            if (yield from self._refuse_foreign(db_name, collection_name)):
+            if (yield from self._refuse_foreign(db_name, names)):
                 raise schema.pre_release(key, where, None)
             yield from create_indexes(STORE, documents.index_models())
-            found = yield from schema.record_first(key, {STORE: collection_name}, where)
-        yield from schema.climb(key, where, found, {STORE: collection_name}, self)
+            yield from create_indexes(REGISTRY, registry.index_models())
+            found = yield from schema.record_first(key, names, where)
+        yield from schema.climb(key, where, found, names, self)
         if self.index and self.vector_search is None:
             try:
                 self.vector_search = yield from self.ensure_search_index()
@@ -173,26 +175,27 @@ class StoreOperations:
                 logger.info("no Atlas Vector Search on this server (%s): exact vector search", exc)
                 self.vector_search = False
 
-    def _refuse_foreign(self, db_name: str, collection_name: str) -> Operation[bool]:
-        """Raise ``ForeignCollectionError`` when the collection holds another layout;
-        whether it holds documents."""
-        saver = yield from find_one(SCHEMA, layouts.saver_query(collection_name))
-        sample = yield from find_one(STORE, {})
-        indexes = yield from index_information(STORE)
-        found = layouts.foreign_layout(collection_name, saver, sample, indexes)
-        if found is not None:
-            raise layouts.refusal(db_name, collection_name, found)
-        return sample is not None
+    def _refuse_foreign(self, db_name: str, names: Mapping[str, str]) -> Operation[bool]:
+        """Raise ``ForeignCollectionError`` when either collection holds another layout;
+        whether they hold documents."""
+        stored = False
+        owner = yield from find_one(SCHEMA, layouts.owner_query(names))
+        for logical, name in names.items():
+            sample = yield from find_one(logical, {})
+            indexes = yield from index_information(logical)
+            found = layouts.foreign_layout(logical, name, owner, sample, indexes)
+            if found is not None:
+                raise layouts.refusal(db_name, logical, name, found)
+            stored = stored or sample is not None
+        return stored
 
-    def upgrade(self, db_name: str, collection_name: str) -> Operation[None]:
+    def upgrade(self, db_name: str, names: Mapping[str, str]) -> Operation[None]:
         """The layout taken up every rung of its ladder (``schema.climb``), those only an
         upgrade takes included (after ``setup``, which refused what this release cannot)."""
-        key = schema.store_key(collection_name)
-        where = _where(db_name, collection_name)
-        found = yield from schema.read(key, where)
+        key = schema.store_key(names[STORE])
+        found = yield from schema.read(key, _where(db_name, names))
         if found is not None:
-            collections = {STORE: collection_name}
-            yield from schema.climb(key, where, found, collections, self, upgrade=True)
+            yield from schema.climb(key, _where(db_name, names), found, names, self, upgrade=True)
 
     def ensure_search_index(self) -> Operation[bool]:
         """Create the vector index unless it exists; raises where there is no Atlas Search."""
@@ -207,7 +210,7 @@ class StoreOperations:
         now = documents.utc_now()
         # Entries first: an item put between the two deletes is then either swept or
         # listed by its (new) entry, never left without one.
-        yield from delete_many(STORE, registry.expired_entries(now))
+        yield from delete_many(REGISTRY, registry.expired_entries(now))
         result = yield from delete_many(STORE, documents.expired(now))
         return result.deleted_count
 
@@ -361,7 +364,7 @@ class StoreOperations:
         folded = False
         while True:
             pipeline = registry.listing_pipeline(op, now, wanted)
-            groups = yield from aggregate(STORE, pipeline)
+            groups = yield from aggregate(REGISTRY, pipeline)
             read = len(groups)
             if not folded and any(group["_id"] == registry.BATCHES for group in groups):
                 # Once: batch documents written since are of puts this listing overlaps.
@@ -391,11 +394,9 @@ class StoreOperations:
     def _fold(self) -> Operation[None]:
         """The batch documents stored, folded into the registry's entries (one ``find``,
         one ``bulk_write`` for every ``registry.FOLD_NAMES`` names)."""
-        batches = yield from find(STORE, registry.BATCHES_QUERY)
-        if batches:
-            folds = registry.fold_requests(batches)
-            for requests in folds:
-                yield from bulk_write(STORE, requests, ordered=True)
+        batches = yield from find(REGISTRY, registry.BATCHES_QUERY)
+        for requests in registry.fold_requests(batches) if batches else []:
+            yield from bulk_write(REGISTRY, requests, ordered=True)
 
     def _settle(self, entries: Sequence[str], now: datetime) -> Operation[dict[str, bool]]:
         """Claim flagged registry entries (one ``bulk_write``), probe their items (one
@@ -405,7 +406,7 @@ class StoreOperations:
         server refuses is logged and left to the next listing (``_refused_write``)."""
         claim = registry.new_version()
         claims = [registry.claim_request(entries, claim)]
-        yield from _refused_write(bulk_write(STORE, claims, ordered=True), entries)
+        yield from _refused_write(bulk_write(REGISTRY, claims, ordered=True), entries)
         probe = registry.probe_pipeline([registry.joined_of(entry) for entry in entries])
         found = yield from aggregate(STORE, probe)
         # No group for no items (mongomock returns one whose ``until`` is None).
@@ -418,7 +419,7 @@ class StoreOperations:
             # it: the entry goes only with the last item, and otherwise records its expiry.
             settled.append(registry.settled_request(entry, claim, until))
             live[entry] = until is not None and until > now
-        yield from _refused_write(bulk_write(STORE, settled, ordered=False), entries)
+        yield from _refused_write(bulk_write(REGISTRY, settled, ordered=False), entries)
         return live
 
     def _recent_matching(
@@ -449,49 +450,61 @@ class StoreOperations:
     def _write(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> Operation[None]:
-        """The batch's writes, in one ordered ``bulk_write``: deletes and the flags of their
-        namespaces' registry entries, the TTL refreshes of what it read, its puts, then the
-        registry entries of the namespaces it put into (each after its items, see
-        ``registry``). An ordered bulk write sends each run of one kind of request as one
-        command: a single put is one command.
-
-        A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
-        one already stored (live or expired) stops the command, and the puts from it on
-        are sent again as upserts with the registry entries, in one more command. Upserts
-        of many puts are plain updates after the statements renewing ``created_at`` of the
-        expired copies they overwrite, of a few an update pipeline each (see
-        ``documents.revived_puts``)."""
+        """The batch's writes: its items (``_write_items``), then the registry entries of
+        the namespaces it wrote in, in one more ``bulk_write`` of updates (one command):
+        the flags of the namespaces it deleted from, the raises of those whose items it
+        refreshed, the entries of those it put into (see ``registry``). The entries are sent
+        even when the items' write fails: every entry statement that may leave an entry
+        wrong flags it, so sending them for items not written is safe, and a delete that
+        landed before the failure is flagged."""
         deletes = [op for op in plan.puts.values() if op.value is None]
         puts = [op for op in plan.puts.values() if op.value is not None]
-        items = [self._item(op, embedded, now) for op in puts]
-        emptied = dict.fromkeys(joined(op.namespace) for op in deletes)
-        before: list[WriteRequest] = [
-            *(documents.delete_request(op.namespace, op.key) for op in deletes),
-            # Flagged with the deletes, before any put that may fail and stop the write.
-            *(registry.delete_request(ns) for ns in emptied),
-            *documents.refresh_requests(read, now),
-            *(
-                registry.raise_request(ns, until)
-                for ns, until in _refreshed(read, now).items()
-            ),
-        ]
         expiries: dict[tuple[str, ...], list[datetime]] = {}
         for op in puts:
             until = documents.FOREVER if op.ttl is None else documents.expiry(now, op.ttl)
             expiries.setdefault(op.namespace, []).append(until)
-        after: list[WriteRequest]
-        # Not where listings read the items (omit_expired off): nothing here would fold.
+        emptied = dict.fromkeys(joined(op.namespace) for op in deletes)
+        entries: list[WriteRequest] = [
+            *(registry.delete_request(ns) for ns in emptied),
+            *(registry.raise_request(ns, until) for ns, until in _refreshed(read, now).items()),
+        ]
+        # Not where listings read the items (omit_expired off): nothing there would fold.
         if self.omit_expired and len(expiries) >= self.batch_from:
-            after = [*registry.batch_requests(expiries)]
+            entries += registry.batch_requests(expiries)
         else:
-            after = [
-                registry.put_request(ns, u)
-                for ns, u in expiries.items()
-            ]
+            entries += [registry.put_request(ns, u) for ns, u in expiries.items()]
+        try:
+            yield from self._write_items(deletes, read, puts, embedded, now)
+        finally:
+            if entries:
+                yield from bulk_write(REGISTRY, entries, ordered=True)
+
+    def _write_items(
+        self,
+        deletes: list[PutOp],
+        read: list[Mapping[str, Any]],
+        puts: list[PutOp],
+        embedded: Embedded,
+        now: datetime,
+    ) -> Operation[None]:
+        """Deletes, the TTL refreshes of what the batch read and its puts, in one ordered
+        ``bulk_write`` (an ordered bulk write sends each run of one kind of request as one
+        command: a single put is one command).
+
+        A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
+        one already stored (live or expired) stops the command, and the puts from it on
+        are sent again as upserts, in one more command. Upserts of many puts are plain
+        updates after the statements renewing ``created_at`` of the expired copies they
+        overwrite, of a few an update pipeline each (see ``documents.revived_puts``)."""
+        items = [self._item(op, embedded, now) for op in puts]
+        before: list[WriteRequest] = [
+            *(documents.delete_request(op.namespace, op.key) for op in deletes),
+            *documents.refresh_requests(read, now),
+        ]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
             try:
-                yield from bulk_write(STORE, [*before, *inserts, *after], ordered=True)
+                yield from bulk_write(STORE, [*before, *inserts], ordered=True)
                 return
             except BulkWriteError as error:
                 stored = documents.refused_insert(
@@ -502,7 +515,7 @@ class StoreOperations:
             before, items = [], items[stored:]  # what came before the stored item is written
         revives = documents.revived_puts([(tuple(i["namespace"]), i["key"]) for i in items], now)
         updates = [documents.put_request(item, now, revived=bool(revives)) for item in items]
-        writes = [*before, *revives, *updates, *after]
+        writes = [*before, *revives, *updates]
         if writes:
             yield from bulk_write(STORE, writes, ordered=True)
 

@@ -32,25 +32,19 @@ def get_query(keys: Iterable[ItemKey], now: datetime | None) -> dict[str, Any]:
     return {**pairs[0], **live(now)} if len(pairs) == 1 else {"$or": pairs, **live(now)}
 
 
-ONLY_ITEMS = {"key": {"$exists": True}}
-"""Items only: the namespace registry's entries share the collection."""
-
-
 def search_query(
     namespace_prefix: Sequence[str],
     value_clauses: Sequence[Mapping[str, Any]],
     now: datetime | None,
 ) -> dict[str, Any]:
-    # A prefix matches items only; without one, registry entries are left out explicitly.
-    scope = prefix_query(namespace_prefix) or ONLY_ITEMS
-    return all_of([scope, live(now), *value_clauses])
+    return all_of([prefix_query(namespace_prefix), live(now), *value_clauses])
 
 
 def namespaces_pipeline(op: ListNamespacesOp, now: datetime | None) -> list[dict[str, Any]]:
     """Distinct namespaces of the items, truncated to ``max_depth``, sorted like tuples,
     grouped from the items themselves: the listing of a store showing expired items
     (``omit_expired=False``), which the registry does not track."""
-    query = all_of([ONLY_ITEMS, live(now), *match_clauses(op.match_conditions or ())])
+    query = all_of([live(now), *match_clauses(op.match_conditions or ())])
     pipeline: list[dict[str, Any]] = [
         {"$match": query},
         {"$group": {"_id": depth_key(op.max_depth)}},

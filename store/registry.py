@@ -1,22 +1,18 @@
 """The namespace registry: one document per namespace, so ``list_namespaces`` costs what
 the namespaces cost, not what the items cost.
 
-Registry documents live in the store's collection, beside the items, so a put writes
-its item and its namespace's entry in one ``bulk_write`` (one command)::
+The registry has a collection of its own (``<store collection>_namespaces`` unless named),
+so the items collection holds only items::
 
-    {_id: "namespace:<joined>", ns: NUL + <joined>, listed: <joined>, namespace: [labels],
-     levels: [prefixes], prefixes: marks(namespace),
+    {_id: "namespace:<joined>", listed: <joined>, namespace: [labels], levels: [prefixes],
+     prefixes: marks(namespace),
      listed_until: <latest expiry of its items, FOREVER if one never expires>,
-     expires_at: <listed_until>,
      version: <random>, recheck: <bool>, claimed: <bool>}
 
-They have no ``key``, an ``ns`` no item has (a joined namespace never starts with NUL),
-unique under the items' ``(ns, key)`` index, and ``prefixes`` no item has (``marks``: NUL,
-then NUL before each level): no item query matches them.
-
-The registry has no indexes of its own: a listing finds entries by their ``prefixes`` on
-the items' ``prefix_recency`` index, and ``expires_at``, kept equal to ``listed_until`` by
-every write, lets the items' TTL index drop them expired.
+A listing finds entries by their ``prefixes`` (``marks``: NUL, then NUL before each level)
+on ``registry_prefixes``, and groups them by ``listed``; a TTL index on ``listed_until``
+drops the entries whose items all expired. A put writes its items, then, in the next
+command, its namespaces' entry statements.
 
 An entry without ``recheck: true`` is exact: its namespace has a live item until
 ``listed_until`` (puts and TTL refreshes only raise it, with ``$max``; items only stop
@@ -39,9 +35,8 @@ A batch putting into ``BATCH_FROM`` namespaces or more sends, instead of their e
 statements, one batch document naming them with their expiries (one statement, whatever
 the number of namespaces)::
 
-    {_id: "batch:<random>", ns: NUL NUL "batch:<random>", listed: BATCHES, levels: [BATCHES],
-     prefixes: [BATCH_MARK], listed_until: FOREVER,
-     named: [[labels, latest expiry, earliest expiry], ...]}
+    {_id: "batch:<random>", listed: BATCHES, levels: [BATCHES], prefixes: [BATCH_MARK],
+     listed_until: FOREVER, named: [[labels, latest expiry, earliest expiry], ...]}
 
 Every listing meets batch documents first (``BATCHES`` sorts before every namespace) and,
 before it reads the entries, folds them: it sends the entry statements their puts left to
@@ -58,7 +53,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.store.base import InvalidNamespaceError, ListNamespacesOp
-from pymongo import DeleteOne, InsertOne, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DeleteOne, IndexModel, UpdateMany, UpdateOne
 
 from mongo_ckpt.store.documents import FOREVER
 from mongo_ckpt.store.namespaces import SEPARATOR, joined, match_clauses, prefixes
@@ -68,8 +63,7 @@ LISTED = "listed"
 LEVELS = "levels"
 LABELS = "namespace"
 UNTIL = "listed_until"
-PREFIXES = "prefixes"  # the items' field, on their prefix_recency index
-EXPIRES = "expires_at"  # the items' field, on their TTL index
+PREFIXES = "prefixes"
 CLAIMED = "claimed"
 _ID_PREFIX = "namespace:"
 BATCHES = SEPARATOR + "batches"
@@ -86,6 +80,16 @@ an entry statement each costs the put little and spares the next listing the fol
 # mongomock cannot compare it with stored dates otherwise.
 _NEVER = FOREVER.replace(tzinfo=None)
 _EPOCH = datetime(1970, 1, 1)
+
+
+def index_models() -> list[IndexModel]:
+    """The registry collection's indexes."""
+    return [
+        # Every listing: the entries under one mark (grouped and sorted after).
+        IndexModel([(PREFIXES, ASCENDING)], name="registry_prefixes"),
+        # The server's TTL monitor drops the entries whose items all expired.
+        IndexModel([(UNTIL, ASCENDING)], expireAfterSeconds=0, name="registry_until"),
+    ]
 
 
 def new_version() -> int:
@@ -141,7 +145,6 @@ def _entry_request(
     fields = {
         "recheck": {"$or": reasons},
         UNTIL: raised,
-        EXPIRES: raised,
         "version": version,
         CLAIMED: False,
         **{name: _constant(value) for name, value in _identity(namespace).items()},
@@ -185,7 +188,6 @@ def check_storable(namespace: Sequence[str]) -> None:
 def _identity(namespace: Sequence[str]) -> dict[str, Any]:
     """The fields naming an entry's namespace."""
     return {
-        "ns": SEPARATOR + joined(namespace),
         LISTED: joined(namespace),
         LABELS: list(namespace),
         LEVELS: prefixes(namespace),
@@ -206,10 +208,11 @@ document may hold."""
 
 def batch_requests(
     expiries: Mapping[tuple[str, ...], Sequence[datetime]],
-) -> list[InsertOne[Any]]:
+) -> list[UpdateOne]:
     """After the puts of a batch (each item's expiry by namespace, ``FOREVER`` for none):
     a document naming each namespace with its latest and earliest expiry, for listings to
-    fold into the entries; one more for every ``BATCH_BYTES`` of labels."""
+    fold into the entries; one more for every ``BATCH_BYTES`` of labels. Each is inserted
+    by an upsert, so that a put's registry statements, all updates, are one command."""
     documents: list[list[Any]] = [[]]
     size = 0
     for ns, untils in expiries.items():
@@ -222,19 +225,22 @@ def batch_requests(
     return [_batch_document(named) for named in documents]
 
 
-def _batch_document(named: list[list[Any]]) -> InsertOne[Any]:
+def _batch_document(named: list[list[Any]]) -> UpdateOne:
+    document = {
+        LISTED: BATCHES,
+        LEVELS: [BATCHES],
+        PREFIXES: [BATCH_MARK],
+        UNTIL: FOREVER,
+        # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
+        LABELS: [],
+        "named": named,
+    }
     token = f"batch:{new_version()}"
-    document: dict[str, Any] = {"_id": token, "ns": SEPARATOR * 2 + token, LISTED: BATCHES}
-    document[LEVELS] = [BATCHES]
-    document[PREFIXES] = [BATCH_MARK]
-    document[UNTIL] = FOREVER
-    # No labels: a listing's suffix conditions (``$size`` of them) may be evaluated on it.
-    document[LABELS] = []
-    return InsertOne({**document, "named": named})
+    return UpdateOne({"_id": token}, {"$setOnInsert": document}, upsert=True)
 
 
 BATCHES_QUERY = {PREFIXES: BATCH_MARK}
-"""The batch documents, on the items' ``prefix_recency`` index."""
+"""The batch documents, on ``registry_prefixes``."""
 
 
 FOLD_NAMES = 5_000
@@ -275,7 +281,7 @@ def delete_request(joined_namespace: str) -> UpdateOne:
 
 
 def listing_matches(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]:
-    """Two ``$match`` stages: entries with the batch documents on ``prefix_recency``, by the
+    """Two ``$match`` stages: entries with the batch documents on ``registry_prefixes``, by the
     mark of the first leading level of a prefix, else by ``ROOT_MARK``; then the whole
     conditions, which batch documents pass."""
     clauses = match_clauses(op.match_conditions or (), levels=LEVELS, labels=LABELS)
@@ -339,7 +345,6 @@ def settled_request(entry_id: str, version: int, until: datetime | None) -> Upda
         return DeleteOne(selector)
     exact = {
         UNTIL: until,
-        EXPIRES: _naive(until),
         "version": new_version(),
         "recheck": False,
         CLAIMED: False,

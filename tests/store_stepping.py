@@ -11,7 +11,6 @@ from pymongo.errors import BulkWriteError
 from mongo_ckpt.calls import Call, Operation, Relay
 from mongo_ckpt.drivers import execute
 from mongo_ckpt.store import MongoDBStore, documents
-from mongo_ckpt.store.reading import ONLY_ITEMS
 from mongo_ckpt.store.vectors import Embedded
 
 LISTING = ListNamespacesOp(match_conditions=(), max_depth=None, limit=10, offset=0)
@@ -24,7 +23,7 @@ def listed(store: Any) -> list[tuple[str, ...]]:
 def truth(store: Any) -> list[tuple[str, ...]]:
     """The namespaces with a live item, read from the items themselves."""
     now = documents.utc_now()
-    query = {**ONLY_ITEMS, **documents.live(now)}
+    query = documents.live(now)
     return sorted({tuple(d["namespace"]) for d in store.collections["store"].find(query)})
 
 

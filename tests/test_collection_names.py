@@ -225,6 +225,34 @@ async def test_async_store_refuses_the_savers_collections(
     await refused(store, lambda: store.aget(("users",), "a"), collection)
 
 
+def test_store_refuses_one_name_for_its_items_and_its_registry() -> None:
+    with pytest.raises(CollectionNameClash, match="registry_collection_name are both 'memo'"):
+        MongoDBStore(mongomock.MongoClient(), "db", "memo", registry_collection_name="memo")
+
+
+async def test_store_refuses_a_registry_in_another_layouts_collection(
+    client: Any, db_name: str, make_store: Any
+) -> None:
+    """The registry's collection is checked as the items' is: a saver's collection, and
+    another store's items or registry, are refused before anything is written."""
+    graph = chat_builder().compile(checkpointer=MongoDBSaver(client, db_name))
+    graph.invoke({"messages": [HumanMessage("hi")]}, thread("t"))
+    store = make_store(registry_collection_name="checkpoints")
+    message = await refused(store, store.setup, "checkpoints")
+    assert "holds the checkpoints of the mongo-ckpt checkpointer" in message
+    assert "not mongo-ckpt store namespace registry entries" in message
+    assert "registry_collection_name=" in message
+    first = make_store(collection_name="memo")
+    await maybe_await(first.put(("users",), "a", {"x": 1}))
+    for names in (
+        {"collection_name": "memo_namespaces"},
+        {"collection_name": "other", "registry_collection_name": "memo"},
+    ):
+        store = make_store(**names)
+        message = await refused(store, store.setup, names["collection_name"])
+        assert "of the mongo-ckpt store recorded as 'store:memo'" in message
+
+
 async def test_store_refuses_an_official_store_collection(
     client: Any, db_name: str, make_store: Any
 ) -> None:

@@ -14,20 +14,19 @@ from langgraph.store.base import PutOp
 
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from mongo_ckpt.store.namespaces import joined
-from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import sync_client
 from tests.store_stepping import LISTING, Stepper, listed, operation, truth
-from tests.store_support import ttl_indexes
+from tests.store_support import keep_expired
 
 NAMES = [("users", f"u{i}", "memories") for i in range(registry.BATCH_FROM + 2)]
 
 
 def _batches(store: MongoDBStore) -> list[dict[str, Any]]:
-    return list(store.collections["store"].find(registry.BATCHES_QUERY))
+    return list(store.collections["registry"].find(registry.BATCHES_QUERY))
 
 
 def _entries(store: MongoDBStore) -> dict[str, dict[str, Any]]:
-    found = store.collections["store"].find({"_id": {"$regex": "^namespace:"}})
+    found = store.collections["registry"].find({"_id": {"$regex": "^namespace:"}})
     return {doc[registry.LISTED]: doc for doc in found}
 
 
@@ -58,14 +57,12 @@ def test_a_shorter_ttl_named_by_a_batch_document_is_noticed(make_store: Any) -> 
     entries (recorded as never expiring), and the probe finds the items expired."""
     store = make_store()
     store.setup()
-    # expired documents stay stored
-    for index in ttl_indexes(store.collections["store"].index_information()):
-        store.collections["store"].drop_index(index)
+    keep_expired(store)
     store.batch([PutOp(ns, "k", {"v": 1}) for ns in NAMES])  # never expire
     assert listed(store) == NAMES
     store.batch([PutOp(ns, key, {}, ttl=ttl) for ns in NAMES for key, ttl in (("k", 5), ("b", 6))])
     past = documents.utc_now() - timedelta(seconds=1)
-    store.collections["store"].update_many(ONLY_ITEMS, {"$set": {"expires_at": past}})
+    store.collections["store"].update_many({}, {"$set": {"expires_at": past}})
     assert listed(store) == []
 
 
@@ -96,7 +93,7 @@ def test_a_batch_document_folded_twice_leaves_the_entries_exact(make_store: Any)
     (batch,) = _batches(store)
     assert listed(store) == NAMES
     store.delete(NAMES[0], "k")
-    store.collections["store"].insert_one({**batch, "_id": "batch:again", "ns": "\0\0again"})
+    store.collections["registry"].insert_one({**batch, "_id": "batch:again"})
     assert listed(store) == NAMES[1:] == truth(store)
     entries = _entries(store)
     assert joined(NAMES[0]) not in entries

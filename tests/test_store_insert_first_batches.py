@@ -19,9 +19,8 @@ from pymongo import ASCENDING
 from pymongo.errors import BulkWriteError
 
 from mongo_ckpt.store import MongoDBStore, documents, registry
-from mongo_ckpt.store.reading import ONLY_ITEMS
 from tests.backends import count_calls, sync_client
-from tests.store_support import DIMS, FakeEmbeddings, ttl_indexes
+from tests.store_support import DIMS, FakeEmbeddings, keep_expired
 
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
 BACKENDS = ["mock", "wire"]
@@ -48,7 +47,7 @@ def sync_store(request: Any) -> Any:
 
 def _truth(store: Any) -> list[tuple[str, ...]]:
     """The namespaces with a live item, read from the items themselves."""
-    query = {**ONLY_ITEMS, **documents.live(documents.utc_now())}
+    query = documents.live(documents.utc_now())
     return sorted({tuple(d["namespace"]) for d in store.collections["store"].find(query)})
 
 
@@ -186,8 +185,7 @@ def test_stored_live_and_expired_items_among_an_insert_first_batch(
     every value as put, ``created_at`` kept over live copies and renewed over expired
     ones, no field of the earlier form left, results and listing as ``InMemoryStore``."""
     store = sync_store(**STORE_KINDS[kind])
-    for name in ttl_indexes(store.collections["store"].index_information()):
-        store.collections["store"].drop_index(name)
+    keep_expired(store)
     ns = ("t", "x")
     memory = InMemoryStore()
     keys = [f"k{i}" for i in range(10)]
@@ -253,13 +251,12 @@ def test_ttl_puts_in_an_insert_first_batch_flag_the_entry(sync_store: Any) -> No
     """An item that never expires overwritten, with the rest of the namespace, by puts
     with a TTL: the entry is flagged and a listing after those items expire is empty."""
     store = sync_store()
-    for name in ttl_indexes(store.collections["store"].index_information()):
-        store.collections["store"].drop_index(name)
+    keep_expired(store)
     ns = ("ttl",)
     store.put(ns, "k4", {"v": 0})
     assert store.list_namespaces() == [ns]
     store.batch([PutOp(ns, f"k{i}", {"v": i}, ttl=30) for i in range(10)])
-    entry = store.collections["store"].find_one({"_id": registry.entry_id("ttl")})
+    entry = store.collections["registry"].find_one({"_id": registry.entry_id("ttl")})
     assert entry.get("recheck") is True
     for i in range(10):
         _expire(store, f"k{i}")

@@ -25,7 +25,7 @@ NS = ("users", "u1", "memories")
 
 
 def _entry(store: MongoDBStore) -> dict[str, Any]:
-    entry = store.collections["store"].find_one({"_id": registry.entry_id(joined(NS))})
+    entry = store.collections["registry"].find_one({"_id": registry.entry_id(joined(NS))})
     assert entry is not None
     return dict(entry)
 
@@ -97,13 +97,13 @@ def test_the_server_writes_one_document_for_a_quiet_put(
     wire_store: tuple[MongoDBStore, Replies],
 ) -> None:
     """On the wire server: a put over an item of a settled namespace modifies the item
-    only."""
+    only (its registry statement modifies nothing)."""
     store, replies = wire_store
     store.put(NS, "a", {"v": 1})
     store.list_namespaces()
     replies.modified.clear()
     store.put(NS, "a", {"v": 2})
-    assert replies.modified == [1]
+    assert replies.modified == [1, 0]
 
 
 def test_mongo_ckpt_upgrade_store_records_the_version_and_changes_nothing(
@@ -167,7 +167,7 @@ def test_labels_that_read_as_field_paths_are_stored_as_given(
     store.put(namespace, "k", {"v": 1})
     store.put(namespace, "j", {"v": 2})
     assert store.list_namespaces() == [namespace]
-    entry = store.collections["store"].find_one({"_id": registry.entry_id(joined(namespace))})
+    entry = store.collections["registry"].find_one({"_id": registry.entry_id(joined(namespace))})
     assert entry["namespace"] == list(namespace)
     assert entry[registry.LEVELS] == prefixes(namespace)
     assert entry[registry.LISTED] == joined(namespace)

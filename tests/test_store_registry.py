@@ -29,7 +29,7 @@ from tests.clock_skew import skewed_client_clock
 from tests.faults import Interleave
 from tests.lengths import Length
 from tests.store_stepping import LISTING, Stepper, listed, operation, truth
-from tests.store_support import StoreApi, assert_entry_fields, ttl_indexes
+from tests.store_support import StoreApi, assert_entry_fields, keep_expired
 
 NS = ("users", "u1", "memories")
 
@@ -85,21 +85,20 @@ def _expire_now(store: Any, key: str) -> None:
 def test_a_shorter_ttl_on_the_last_item_is_noticed(make_store: Any) -> None:
     store = make_store()
     store.setup()
-    # expired documents stay stored
-    for index in ttl_indexes(store.collections["store"].index_information()):
-        store.collections["store"].drop_index(index)
+    keep_expired(store)
     store.put(NS, "k", {"v": 1})  # never expires
     store.put(NS, "k", {"v": 2}, ttl=5)  # now it does: the entry is flagged
     _expire_now(store, "k")
     assert listed(store) == []
     # Still stored, the item may be live on a clock behind: the entry stays, exact.
-    entry = store.collections["store"].find_one(
+    entry = store.collections["registry"].find_one(
         {"_id": registry.entry_id("users\x00u1\x00memories")}
     )
     item = store.collections["store"].find_one({"key": "k"})
     assert entry[registry.UNTIL] == item["expires_at"] and entry["recheck"] is False
     store.sweep_ttl()
     assert store.collections["store"].count_documents({}) == 0
+    assert store.collections["registry"].count_documents({}) == 0
 
 
 def _clock(seconds: float) -> Any:
@@ -166,7 +165,7 @@ async def test_items_of_a_pre_release_layout_are_refused(
     earlier version): setup refuses them, writing nothing."""
     await store_api.put(NS, "a", {"v": 1})
     collection = store_api.store.collections["store"]
-    await maybe_await(collection.delete_many({registry.LISTED: {"$exists": True}}))
+    await maybe_await(store_api.store.collections["registry"].delete_many({}))
     versions = store_api.store.collections[schema.SCHEMA]
     key = {"_id": schema.store_key(collection.name)}
     if recorded is None:
@@ -201,7 +200,7 @@ def _entries_are_exact(store: MongoDBStore, schedule: list[int]) -> None:
     namespace with a live item has an entry, or a batch document names it."""
     now = documents.utc_now()
     live = {registry_key(ns) for ns in truth(store)}
-    found = list(store.collections["store"].find({registry.LISTED: {"$exists": True}}))
+    found = list(store.collections["registry"].find({}))
     entries = [doc for doc in found if doc[registry.LISTED] != registry.BATCHES]
     # Namespaces that batch documents left to the next listing to fold: (latest, earliest).
     named: dict[str, tuple[Any, Any]] = {}
@@ -245,16 +244,18 @@ class Race:
         self.beside = {"j"} if beside else set()
         if beside:  # an item expiring in five minutes: the entry must not outlast it
             store.put(NS, "j", {"v": 1}, ttl=5)
-        self.start = list(store.collections["store"].find({}))
+        self.start = {
+            logical: list(store.collections[logical].find({})) for logical in ("store", "registry")
+        }
         self.actors = [*writers, [LISTING]]
         self.schedules = 0
         self.steps = 0
 
     def replay(self, schedule: list[int]) -> Run:
         """Run ``schedule`` from a fresh start."""
-        collection = self.store.collections["store"]
-        collection.delete_many({})
-        collection.insert_many([dict(doc) for doc in self.start])
+        for logical, docs in self.start.items():
+            self.store.collections[logical].delete_many({})
+            self.store.collections[logical].insert_many([dict(doc) for doc in docs])
         run = Run([Stepper(operation(self.store, ops)) for ops in self.actors])
         for actor in schedule:
             run.step(actor, self.store.collections)
@@ -296,7 +297,7 @@ class Race:
         assert listed(self.store) == truth(self.store)
         assert listed(self.store) == truth(self.store)
         # A listing with nothing beside it settles every flagged entry it met.
-        assert self.store.collections["store"].find_one({"recheck": True}) is None
+        assert self.store.collections["registry"].find_one({"recheck": True}) is None
 
 
 class Run:
@@ -413,13 +414,12 @@ def test_a_listing_never_settles_an_entry_removed_and_created_again_since_its_cl
     client = sync_client("mock")
     store = MongoDBStore(client, db_name)
     store.put(NS, "k", {"v": 1}, ttl=2)
-    collection = store.collections["store"]
     lister = Stepper(operation(store, [LISTING]))
     lister.step(store.collections)  # the page of entries
     lister.step(store.collections)  # the claim of the flagged entry
-    collection.delete_one({"key": "k"})
+    store.collections["store"].delete_one({"key": "k"})
     lister.step(store.collections)  # the probe: no item left
-    collection.delete_one({"_id": registry.entry_id(registry_key(NS))})
+    store.collections["registry"].delete_one({"_id": registry.entry_id(registry_key(NS))})
     store.put(NS, "j", {"v": 2})
     while not lister.done:
         lister.step(store.collections)
@@ -433,8 +433,7 @@ def _monitorless(db_name: str) -> MongoDBStore:
     TTL indexes on every read)."""
     store = MongoDBStore(sync_client("mock"), db_name)
     store.setup()
-    for index in ttl_indexes(store.collections["store"].index_information()):
-        store.collections["store"].drop_index(index)
+    keep_expired(store)
     return store
 
 
@@ -449,7 +448,7 @@ def test_an_entry_removed_expired_in_the_middle_of_a_put_is_created_again(
     with _clock(-600):
         store.put(NS, "j", {"v": 1}, ttl=1)  # expired nine minutes ago
     assert listed(store) == []
-    collection = store.collections["store"]
+    collection = store.collections["registry"]
     entry = registry.entry_id(registry_key(NS))
     assert collection.find_one({"_id": entry}) is not None
     put = Stepper(operation(store, [PutOp(NS, "k", {"v": 2}, ttl=ttl)]))
@@ -531,9 +530,8 @@ def test_a_listing_whose_settling_the_server_refuses_still_answers(
     finally:
         client.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
     assert "could not settle" in caplog.text
-    entries = store.collections["store"].find({registry.LISTED: {"$exists": True}})
-    assert any(entry.get("recheck") for entry in entries)
+    assert store.collections["registry"].find_one({"recheck": True}) is not None
     assert store.list_namespaces() == [NS]
-    assert store.collections["store"].find_one({"recheck": True}) is None
+    assert store.collections["registry"].find_one({"recheck": True}) is None
     client.drop_database(db_name)
     client.close()

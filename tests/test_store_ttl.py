@@ -38,7 +38,8 @@ async def _expire_in(store: Any, key: str, seconds: float) -> None:
         (d.get("expires_at", FOREVER).replace(tzinfo=timezone.utc) for d in docs), default=moment
     )
     entry = {"_id": registry.entry_id(ns)}
-    await maybe_await(collection.update_one(entry, {"$set": {registry.UNTIL: until}}))
+    entries = store.collections["registry"]
+    await maybe_await(entries.update_one(entry, {"$set": {registry.UNTIL: until}}))
 
 
 async def _expire(store: Any, key: str) -> None:
@@ -50,9 +51,10 @@ async def _no_ttl_monitor(store: Any) -> Any:
     stored, as they do for up to a minute on MongoDB (mongomock and SecantusDB delete them
     within a second, the latter even in the middle of a write that upserts the entry)."""
     await store.asetup()
-    info = await maybe_await(store.collections["store"].index_information())
-    for index in ttl_indexes(info):
-        await maybe_await(store.collections["store"].drop_index(index))
+    for logical in ("store", "registry"):
+        collection = store.collections[logical]
+        for index in ttl_indexes(await maybe_await(collection.index_information())):
+            await maybe_await(collection.drop_index(index))
     return store
 
 
@@ -226,7 +228,7 @@ async def test_a_reader_whose_clock_is_behind_never_shortens_an_expiry(make_asto
         assert (await store.aget(("t",), "k")).value == {"v": 1}
     assert (await _doc(store, "k"))["expires_at"] == put
     entry = await maybe_await(
-        store.collections["store"].find_one({"_id": registry.entry_id("t")})
+        store.collections["registry"].find_one({"_id": registry.entry_id("t")})
     )
     assert entry[registry.UNTIL] == put
     with skewed_client_clock(timedelta(minutes=5)):
