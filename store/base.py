@@ -18,8 +18,10 @@ from langgraph.store.base import (
 )
 from typing_extensions import Self
 
+from mongo_ckpt import client_bulk
 from mongo_ckpt.base import MongoSaverBase
-from mongo_ckpt.calls import Operation
+from mongo_ckpt.calls import CLIENT, Operation
+from mongo_ckpt.client_bulk import ClientCalls
 from mongo_ckpt.connection import (
     DEFAULT_DB_NAME,
     ClientT,
@@ -85,6 +87,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         auto_index_timeout: int | None = None,
         tracing: Tracing | None = None,
         registry_collection_name: str | None = None,
+        client_bulk_write: bool | None = None,
     ) -> None:
         """``index``: semantic search (``IndexConfig``); ``ttl``: expiry (``TTLConfig``, minutes).
 
@@ -109,6 +112,12 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         ``registry_collection_name``: the collection of the namespace registry
         ``list_namespaces`` reads (default: the items collection's name + ``_namespaces``);
         the items collection holds only items.
+
+        ``client_bulk_write``: send a batch's writes (its items, then its namespaces'
+        registry entries) as one client-level ``bulkWrite`` command, as the savers' option
+        of that name does: ``None`` (default) where the server (MongoDB 8.0+) and the client
+        library have it, ``False`` never (two commands), ``True`` always
+        (``ClientBulkWriteUnavailable`` at setup where they do not).
         """
         given: Any = client
         if _is_collection(given):  # MongoDBStore(collection, ttl_config=..., index_config=...)
@@ -151,7 +160,11 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         self.collections: dict[str, Any] = {
             **{logical: acknowledged(self, self.db[name]) for logical, name in names.items()},
             SCHEMA: self.db[SCHEMA_COLLECTION],
+            CLIENT: ClientCalls(given, None),
         }
+        self.client_bulk_write = client_bulk_write
+        self.ops.put_path = client_bulk.PutPath(given, client_bulk_write)
+        self._client_bulk_decided = False
         self._is_setup = False
         self._tracer = operation_tracer(tracing, self.db.name)
 
@@ -171,6 +184,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         auto_index_timeout: int | None = None,
         tracing: Tracing | None = None,
         registry_collection_name: str | None = None,
+        client_bulk_write: bool | None = None,
         client_kwargs: dict[str, Any] | None = None,
         timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
     ) -> Owned[Self]:
@@ -184,6 +198,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
                 ttl=ttl, exact_search=exact_search, serde=serde,
                 auto_index_timeout=auto_index_timeout, tracing=tracing,
                 registry_collection_name=registry_collection_name,
+                client_bulk_write=client_bulk_write,
             ),
         )
 
@@ -220,8 +235,16 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         return (yield from operation)
 
     def _setup_once(self) -> Operation[None]:
-        """Index creation (and the vector index where there is one), unless done already."""
+        """Index creation (and the vector index where there is one), unless done already.
+        The first setup also decides whether writes use the client-level bulk write."""
         if not self._is_setup:
+            path = self.ops.put_path
+            if not self._client_bulk_decided and path is not None:
+                if (yield from client_bulk.decide(self.client, self.client_bulk_write)):
+                    path.namespaces = {
+                        logical: f"{self.db.name}.{name}" for logical, name in self._names.items()
+                    }
+                self._client_bulk_decided = True
             yield from self.ops.setup(self.db.name, self._names)
             self._is_setup = True
 
@@ -309,6 +332,12 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """The items collection (the official ``MongoDBStore.collection``; the documents'
         layout differs, see docs/migrating.md)."""
         return self.collections[STORE]
+
+    @property
+    def uses_client_bulk_write(self) -> bool:
+        """Whether a batch's writes go as one client-level ``bulkWrite`` (decided at setup;
+        ``False`` for good once the server refuses the command)."""
+        return self.ops.put_path is not None and self.ops.put_path.namespaces is not None
 
     @property
     def _names(self) -> dict[str, str]:

@@ -35,7 +35,7 @@ from langgraph.store.base import (
     Result,
     SearchOp,
 )
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 
 from mongo_ckpt import schema
 from mongo_ckpt.calls import (
@@ -43,6 +43,7 @@ from mongo_ckpt.calls import (
     WriteRequest,
     aggregate,
     bulk_write,
+    client_bulk_write,
     create_indexes,
     create_search_index,
     delete_many,
@@ -52,6 +53,7 @@ from mongo_ckpt.calls import (
     index_information,
     next_batch,
 )
+from mongo_ckpt.client_bulk import PutPath
 from mongo_ckpt.identifiers import MAX_LIMIT, coerce_id
 from mongo_ckpt.layout import REGISTRY, STORE
 from mongo_ckpt.schema import SCHEMA
@@ -146,6 +148,8 @@ class StoreOperations:
         # None until setup has asked the server; True where $vectorSearch is available.
         self.vector_search: bool | None = None
         self.batch_from = registry.BATCH_FROM  # namespaces in a batch that make it many
+        # How a batch's writes go: one client-level bulkWrite where ``namespaces`` is set.
+        self.put_path: PutPath | None = None
 
     # -- setup ----------------------------------------------------------------
 
@@ -450,13 +454,16 @@ class StoreOperations:
     def _write(
         self, plan: Plan, embedded: Embedded, read: list[Mapping[str, Any]], now: datetime
     ) -> Operation[None]:
-        """The batch's writes: its items (``_write_items``), then the registry entries of
-        the namespaces it wrote in, in one more ``bulk_write`` of updates (one command):
-        the flags of the namespaces it deleted from, the raises of those whose items it
-        refreshed, the entries of those it put into (see ``registry``). The entries are sent
-        even when the items' write fails: every entry statement that may leave an entry
-        wrong flags it, so sending them for items not written is safe, and a delete that
-        landed before the failure is flagged."""
+        """The batch's writes: deletes, the TTL refreshes of what it read and its puts on the
+        items, then the registry entries of the namespaces it wrote in (the flags of those
+        it deleted from, the raises of those whose items it refreshed, the entries of those
+        it put into: ``registry``), sent by ``_send``.
+
+        A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
+        one already stored (live or expired) stops the write, and the puts from it on are
+        sent again as upserts, with the entries. Upserts of many puts are plain updates
+        after the statements renewing ``created_at`` of the expired copies they
+        overwrite, of a few an update pipeline each (see ``documents.revived_puts``)."""
         deletes = [op for op in plan.puts.values() if op.value is None]
         puts = [op for op in plan.puts.values() if op.value is not None]
         expiries: dict[tuple[str, ...], list[datetime]] = {}
@@ -473,29 +480,6 @@ class StoreOperations:
             entries += registry.batch_requests(expiries)
         else:
             entries += [registry.put_request(ns, u) for ns, u in expiries.items()]
-        try:
-            yield from self._write_items(deletes, read, puts, embedded, now)
-        finally:
-            if entries:
-                yield from bulk_write(REGISTRY, entries, ordered=True)
-
-    def _write_items(
-        self,
-        deletes: list[PutOp],
-        read: list[Mapping[str, Any]],
-        puts: list[PutOp],
-        embedded: Embedded,
-        now: datetime,
-    ) -> Operation[None]:
-        """Deletes, the TTL refreshes of what the batch read and its puts, in one ordered
-        ``bulk_write`` (an ordered bulk write sends each run of one kind of request as one
-        command: a single put is one command).
-
-        A batch of at least ``documents.INSERTS_FROM`` puts inserts its items; the first
-        one already stored (live or expired) stops the command, and the puts from it on
-        are sent again as upserts, in one more command. Upserts of many puts are plain
-        updates after the statements renewing ``created_at`` of the expired copies they
-        overwrite, of a few an update pipeline each (see ``documents.revived_puts``)."""
         items = [self._item(op, embedded, now) for op in puts]
         before: list[WriteRequest] = [
             *(documents.delete_request(op.namespace, op.key) for op in deletes),
@@ -503,21 +487,55 @@ class StoreOperations:
         ]
         if len(items) >= documents.INSERTS_FROM:
             inserts = [documents.insert_request(item, now) for item in items]
-            try:
-                yield from bulk_write(STORE, [*before, *inserts], ordered=True)
+            positions = range(len(before), len(before) + len(inserts))
+            stored = yield from self._send([*before, *inserts], entries, positions)
+            if stored is None:
                 return
-            except BulkWriteError as error:
-                stored = documents.refused_insert(
-                    error, range(len(before), len(before) + len(inserts))
-                )
-                if stored is None:
-                    raise
             before, items = [], items[stored:]  # what came before the stored item is written
         revives = documents.revived_puts([(tuple(i["namespace"]), i["key"]) for i in items], now)
         updates = [documents.put_request(item, now, revived=bool(revives)) for item in items]
-        writes = [*before, *revives, *updates]
-        if writes:
-            yield from bulk_write(STORE, writes, ordered=True)
+        if before or revives or updates:
+            yield from self._send([*before, *revives, *updates], entries)
+
+    def _send(
+        self, requests: list[WriteRequest], entries: list[WriteRequest], inserts: range = range(0)
+    ) -> Operation[int | None]:
+        """The items' ``requests`` (one ordered write: each run of one kind of request is
+        one command, so a single put is one), then the registry's ``entries`` (updates: one
+        command), in one client-level ``bulkWrite`` where the server has it, else in two
+        bulk writes. The entries are sent after a write error of the items too: every entry
+        statement that may leave an entry wrong flags it, so one for an item not written is
+        harmless, and a delete applied before the error is flagged. Except after an insert
+        refused because its item is stored (one of ``inserts``, the requests' positions):
+        then the position of that item among them, the entries left to the next send."""
+        path = self.put_path
+        failed: BulkWriteError | None = None
+        sent = False  # whether the entries went
+        refused = False
+        if path is not None and path.namespaces is not None:
+            try:
+                writes = [(STORE, requests), (REGISTRY, entries)]
+                items, registered = yield from client_bulk_write(writes, path.namespaces)
+            except (OperationFailure, InvalidOperation) as error:
+                path.refused(error)  # raised again unless the primary has no such command
+                refused = True
+            if not refused:
+                sent = registered is not None
+                errors = [w for w in (items, registered) if isinstance(w, BulkWriteError)]
+                failed = errors[0] if errors else None
+        if path is None or path.namespaces is None:
+            try:
+                yield from bulk_write(STORE, requests, ordered=True)
+            except BulkWriteError as error:
+                failed = error
+        stored = None if failed is None else documents.refused_insert(failed, inserts)
+        if stored is not None:
+            return stored
+        if not sent and entries:
+            yield from bulk_write(REGISTRY, entries, ordered=True)
+        if failed is not None:
+            raise failed
+        return None
 
     def _item(self, op: PutOp, embedded: Embedded, now: datetime) -> dict[str, Any]:
         """The fields ``op`` stores (``documents.item_fields``)."""

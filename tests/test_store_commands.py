@@ -1,8 +1,10 @@
-"""Commands on the wire per store operation: a single put, delete or get is one command.
+"""Commands on the wire per store operation: a single put, delete or get is one command
+where the server has the client-level ``bulkWrite`` (the wire server), two (the items, then
+the registry) elsewhere.
 
-Counted with a PyMongo command listener on the wire backend, and on mongomock from
-the requests each ``bulk_write`` carries (an ordered bulk write sends each run of
-one kind of request as one command).
+Counted with a PyMongo command listener on the wire backend, with and without the
+client-level bulk write, and on mongomock from the requests each ``bulk_write`` carries (an
+ordered bulk write sends each run of one kind of request as one command).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from langgraph.store.base import GetOp, PutOp, SearchOp
 from pymongo import DeleteMany, DeleteOne, InsertOne
 from pymongo.monitoring import CommandListener
 
+from mongo_ckpt import ClientBulkWriteUnavailable
 from mongo_ckpt.store import MongoDBStore, registry
 from mongo_ckpt.store import documents as store_documents
-from tests.backends import count_calls, sync_client, uri_for
+from tests.backends import count_calls, failing_bulk_write, sync_client, uri_for
 
-STORE_COMMANDS = {"find", "aggregate", "update", "delete", "insert"}
+STORE_COMMANDS = {"find", "aggregate", "update", "delete", "insert", "bulkWrite"}
 
 
 class Commands(CommandListener):
@@ -50,14 +53,17 @@ def _runs(requests: list[Any]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
 
 
-@pytest.fixture(params=["mock", "wire"])
+@pytest.fixture(params=["mock", "wire", "wire, two commands"])
 def counted(request: Any, db_name: str) -> Iterator[tuple[MongoDBStore, Any]]:
-    if request.param == "wire":
+    if request.param.startswith("wire"):
         from pymongo import MongoClient
 
         listener = Commands()
         client = MongoClient(uri_for("wire"), directConnection=True, event_listeners=[listener])
-        store = MongoDBStore(client, db_name)
+        one = None if request.param == "wire" else False
+        store = MongoDBStore(client, db_name, client_bulk_write=one)
+        store.setup()
+        assert store.uses_client_bulk_write == (one is None)
         yield store, listener
     else:
         client = sync_client("mock")
@@ -65,6 +71,11 @@ def counted(request: Any, db_name: str) -> Iterator[tuple[MongoDBStore, Any]]:
         yield store, None
     client.drop_database(db_name)
     client.close()
+
+
+def _written(store: MongoDBStore, *commands: str) -> list[str]:
+    """The commands of one write of a batch: ``commands``, or one ``bulkWrite``."""
+    return ["bulkWrite"] if store.uses_client_bulk_write else list(commands)
 
 
 def _commands(store: MongoDBStore, listener: Any, action: Any) -> list[str]:
@@ -106,11 +117,11 @@ class MockCommandsWrapper:
 
 
 def test_the_commands_of_single_operations(counted: tuple[MongoDBStore, Any]) -> None:
-    """A put is two commands: its item, then its namespace's registry entry; a get, a
-    search and a settled listing one each."""
+    """A put is one command, or two: its item, then its namespace's registry entry; a
+    get, a search and a settled listing one each."""
     store, listener = counted
     store.put(("users", "1"), "a", {"v": 0})
-    put = ["update", "update"]
+    put = _written(store, "update", "update")
     assert _commands(store, listener, lambda: store.put(("users", "1"), "new", {"v": 1})) == put
     assert _commands(store, listener, lambda: store.put(("users", "1"), "a", {"v": 2})) == put
     assert _commands(store, listener, lambda: store.get(("users", "1"), "a")) == ["find"]
@@ -120,10 +131,9 @@ def test_the_commands_of_single_operations(counted: tuple[MongoDBStore, Any]) ->
     assert _commands(store, listener, lambda: store.list_namespaces()) == settling
     assert _commands(store, listener, lambda: store.list_namespaces()) == ["aggregate"]
     # The delete flags the namespace's registry entry after it.
-    assert _commands(store, listener, lambda: store.delete(("users", "1"), "a")) == [
-        "delete",
-        "update",
-    ]
+    assert _commands(store, listener, lambda: store.delete(("users", "1"), "a")) == _written(
+        store, "delete", "update"
+    )
     assert _commands(store, listener, lambda: store.search(("users",), filter={"v": 1})) == ["find"]
     # So the next listing probes it again.
     assert _commands(store, listener, lambda: store.list_namespaces()) == settling
@@ -137,9 +147,7 @@ def test_the_commands_of_single_operations(counted: tuple[MongoDBStore, Any]) ->
     assert _commands(store, listener, lambda: store.batch(mixed)) == [
         "find",
         "find",
-        "delete",
-        "update",
-        "update",
+        *_written(store, "delete", "update", "update"),
     ]
 
 
@@ -161,7 +169,9 @@ def test_a_listing_settles_every_flagged_namespace_in_two_commands(
     store.ops.batch_from = 1 if batched else len(names) + 1
     folding = ["aggregate", "find", "update", "delete"] if batched else []
     batch = [PutOp(ns, "k", {"v": 0}) for ns in names]
-    assert _commands(store, listener, lambda: store.batch(batch)) == ["insert", "update"]
+    assert _commands(store, listener, lambda: store.batch(batch)) == _written(
+        store, "insert", "update"
+    )
     assert _commands(store, listener, lambda: store.list_namespaces()) == [
         *folding,
         "aggregate",
@@ -203,10 +213,9 @@ def test_put_over_an_expired_copy_is_one_command_and_a_new_item(
         },
     )
     assert store.get(("t",), "k") is None
-    assert _commands(store, listener, lambda: store.put(("t",), "k", {"v": 2})) == [
-        "update",
-        "update",
-    ]
+    assert _commands(store, listener, lambda: store.put(("t",), "k", {"v": 2})) == _written(
+        store, "update", "update"
+    )
     item = store.get(("t",), "k")
     assert item.value == {"v": 2}
     assert item.created_at == item.updated_at
@@ -221,34 +230,46 @@ def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_aga
     counted: tuple[MongoDBStore, Any],
 ) -> None:
     """A batch of ``INSERTS_FROM`` puts or more inserts its items, then writes their
-    registry entries: an ``insert`` and an ``update``. An item already stored stops the
-    inserts; the puts from it on go again as upserts, in one more command. Smaller batches
-    are an ``update`` and the entries'. Every item ends as put, and the stored one keeps its
-    ``created_at``."""
+    registry entries: an ``insert`` and an ``update`` (one ``bulkWrite`` where the server
+    has it). An item already stored stops the inserts; the puts from it on go again as
+    upserts, with the entries. Smaller batches are an ``update`` and the entries'. Every
+    item ends as put, and the stored one keeps its ``created_at``."""
     store, listener = counted
     inner = dict(store.collections)
     calls = count_calls(store.collections)
-    bulk_writes = ("store", "bulk_write")
+    bulk_writes = ("$client" if store.uses_client_bulk_write else "store", "bulk_write")
     size = store_documents.INSERTS_FROM
     ns = ("users", "1")
     store.put(ns, "k5", {"v": "first"})
     stored = store.get(ns, "k5")
     calls.clear()
     new = [PutOp(ns, f"k{i}", {"v": i}) for i in range(10, 10 + size)]
-    assert _commands(store, listener, lambda: store.batch(new)) == ["insert", "update"]
+    assert _commands(store, listener, lambda: store.batch(new)) == _written(
+        store, "insert", "update"
+    )
     assert calls[bulk_writes] == 1
     calls.clear()
     again = [PutOp(ns, f"k{i}", {"v": -i}) for i in range(size)]  # k5 is stored
-    assert _commands(store, listener, lambda: store.batch(again)) == ["insert", "update", "update"]
+    assert _commands(store, listener, lambda: store.batch(again)) == [
+        *_written(store, "insert"),
+        *_written(store, "update", "update"),
+    ]
     assert calls[bulk_writes] == 2
     calls.clear()
     small = [PutOp(ns, f"s{i}", {"v": i}) for i in range(size - 1)]
-    assert _commands(store, listener, lambda: store.batch(small)) == ["update", "update"]
+    assert _commands(store, listener, lambda: store.batch(small)) == _written(
+        store, "update", "update"
+    )
     assert calls[bulk_writes] == 1
     # Into BATCH_FROM namespaces: one batch document instead of their entries.
     wide = [PutOp(("wide", f"n{i}"), "k", {"v": i}) for i in range(registry.BATCH_FROM)]
-    assert _commands(store, listener, lambda: store.batch(wide)) == ["insert", "update"]
-    assert _commands(store, listener, lambda: store.batch(wide)) == ["insert", "update", "update"]
+    assert _commands(store, listener, lambda: store.batch(wide)) == _written(
+        store, "insert", "update"
+    )
+    assert _commands(store, listener, lambda: store.batch(wide)) == [
+        *_written(store, "insert"),
+        *_written(store, "update", "update"),
+    ]
     assert store.list_namespaces(prefix=("wide",)) == [op.namespace for op in wide]
     store.collections.update(inner)
     items = {item.key: item for item in store.search(ns, limit=100)}
@@ -259,3 +280,37 @@ def test_a_batch_of_new_items_is_inserted_and_one_stored_item_sends_the_rest_aga
     assert items["k5"].updated_at > stored.updated_at
     assert items["k0"].created_at == items["k0"].updated_at
     assert store.list_namespaces() == [ns, *(op.namespace for op in wide)]
+
+
+def test_a_refused_bulk_write_sends_the_writes_in_two_commands_from_then_on(
+    wire_client: Any, db_name: str, caplog: Any
+) -> None:
+    """The server answers the client-level ``bulkWrite`` "no such command" (a failover to a
+    primary of an older release): that batch, and every later one, goes as two bulk
+    writes, and nothing is lost; with ``client_bulk_write=True`` the refusal raises
+    ``ClientBulkWriteUnavailable`` instead, nothing written."""
+    ns = ("users", "1")
+    strict = MongoDBStore(wire_client, db_name, "strict", client_bulk_write=True)
+    strict.setup()
+    with failing_bulk_write(wire_client, 59), pytest.raises(ClientBulkWriteUnavailable):
+        strict.put(ns, "a", {"v": 1})
+    assert strict.collection.count_documents({}) == 0
+    store = MongoDBStore(wire_client, db_name)
+    store.put(ns, "a", {"v": 1})
+    assert store.uses_client_bulk_write
+    with failing_bulk_write(wire_client, 59):
+        store.batch([PutOp(ns, "b", {"v": 2}), PutOp(ns, "a", None)])
+    assert not store.uses_client_bulk_write
+    assert "bulkWrite command was refused" in caplog.text
+    calls = count_calls(store.collections)
+    store.put(("users", "2"), "c", {"v": 3})
+    assert dict(calls) == {("store", "bulk_write"): 1, ("registry", "bulk_write"): 1}
+    found = [(i.key, i.value) for i in store.search(("users",))]
+    assert found == [("c", {"v": 3}), ("b", {"v": 2})]
+    assert store.list_namespaces() == [ns, ("users", "2")]
+
+
+def test_client_bulk_write_true_needs_a_client_library_with_it(db_name: str) -> None:
+    store = MongoDBStore(sync_client("mock"), db_name, client_bulk_write=True)
+    with pytest.raises(ClientBulkWriteUnavailable, match="has no MongoClient.bulk_write"):
+        store.setup()

@@ -23,7 +23,7 @@ from typing_extensions import TypedDict
 from mongo_ckpt import AsyncMongoDBSaver, MongoDBSaver
 from mongo_ckpt.calls import Call, Operation, find
 from mongo_ckpt.drivers import arun, run
-from mongo_ckpt.layout import STORE
+from mongo_ckpt.layout import REGISTRY, SCHEMA, STORE
 from mongo_ckpt.store import AsyncMongoDBStore, MongoDBStore
 from mongo_ckpt.store.documents import stored_value
 from mongo_ckpt.store.filters import COMPARISONS, matches, value_clauses
@@ -34,7 +34,7 @@ from tests.backends import count_calls, maybe_await, sync_client, total
 from tests.filter_cases import BAD_FILTERS, CASES, ITEMS
 from tests.lengths import Length
 from tests.store_programs import OPS, _check
-from tests.store_support import DIMS, WRITES, FakeEmbeddings
+from tests.store_support import DIMS, FakeEmbeddings, writes
 
 MARKER = "plaintext-marker-c4f1"
 ENCRYPTED = EncryptedSerializer.from_pycryptodome_aes(key=b"1234567890123456")
@@ -54,8 +54,7 @@ def _find_all(
 
 
 async def _docs(store: Any) -> list[dict[str, Any]]:
-    """The store's item documents (not the layout-version record or the namespace
-    registry beside them)."""
+    """The store's item documents."""
     return await arun(store.collections, _find_all([STORE], {}))
 
 
@@ -115,7 +114,7 @@ async def test_values_are_not_stored_in_plaintext(make_astore: Any) -> None:
 def test_sync_store_encrypts(make_store: Any) -> None:
     store = make_store(serde=ENCRYPTED)
     store.put(("users",), "k", SECRETS["nested"])
-    docs = run(store.collections, _find_all(store.collections))
+    docs = run(store.collections, _find_all([STORE, REGISTRY, SCHEMA]))
     assert MARKER.encode() not in b"".join(bson.encode(doc) for doc in docs)
     assert store.get(("users",), "k").value == SECRETS["nested"]
     assert [i.key for i in store.search(("users",), filter={"deep.list": "a"})] == ["k"]
@@ -190,7 +189,7 @@ async def test_mixed_batch_costs_the_same_round_trips(make_astore: Any) -> None:
         await store.abatch(setup)
         calls = count_calls(store.collections)
         results = await store.abatch(ops)
-        assert dict(calls) == {("store", "find"): 5, **WRITES}
+        assert dict(calls) == {("store", "find"): 5, **writes(store)}
         answers.append(
             [r if r is None else r.value if hasattr(r, "value") else _view(r) for r in results]
         )
@@ -410,7 +409,7 @@ def test_sync_from_saver_encrypts(client: Any, db_name: str) -> None:
     try:
         store = MongoDBStore.from_saver(saver)
         store.put(("users",), "k", SECRETS["top"])
-        docs = run(store.collections, _find_all(store.collections))
+        docs = run(store.collections, _find_all([STORE, REGISTRY, SCHEMA]))
         assert docs[0]["value_typed"]["type"] == "msgpack+aes"
         assert MARKER.encode() not in bson.encode(docs[0])
         assert store.get(("users",), "k").value == SECRETS["top"]

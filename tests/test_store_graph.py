@@ -186,7 +186,9 @@ async def test_a_graph_storing_many_memories_per_step_matches_in_memory_store(
     """A node that saves a batch of memories and one that lists and searches them: the
     same answers and states as LangGraph's in-memory checkpointer and store, with the
     batches sent insert-first (and once as upserts after a refused insert)."""
-    store = AsyncMongoDBStore.from_saver(asaver)
+    # The items' own bulk writes, to read their requests (the one-command path sends the
+    # same requests: tests/test_store_commands.py).
+    store = AsyncMongoDBStore.from_saver(asaver, client_bulk_write=False)
     await store.setup()
     sent: list[Any] = []
     store.collections["store"] = FirstArguments(store.collections["store"], "bulk_write", sent)

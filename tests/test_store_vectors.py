@@ -18,7 +18,7 @@ from mongo_ckpt.calls import Call
 from mongo_ckpt.store.operations import StoreOperations
 from mongo_ckpt.store.vectors import SEARCH_INDEX_NAME, Embedded, unit
 from tests.backends import count_calls, maybe_await, total
-from tests.store_support import DIMS, WRITES, FakeEmbeddings
+from tests.store_support import DIMS, FakeEmbeddings, writes
 
 DOCS = {
     "pasta": {"title": "Italian dinner", "body": "fresh pasta with tomato sauce"},
@@ -152,7 +152,7 @@ async def test_batch_embeds_once_for_documents_and_once_per_query(make_astore: A
     )
     assert embeddings.document_calls == [["one", "two"]]
     assert embeddings.query_calls == ["one", "two"]
-    assert dict(calls) == {("store", "find"): 3, **WRITES}
+    assert dict(calls) == {("store", "find"): 3, **writes(store)}
 
 
 async def test_wrong_dimensions_touch_nothing(make_astore: Any) -> None:
