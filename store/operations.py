@@ -356,44 +356,43 @@ class StoreOperations:
         return kept[op.offset : wanted]
 
     def _namespaces(self, op: ListNamespacesOp, now: datetime) -> Operation[list[tuple[str, ...]]]:
-        """One page of ``list_namespaces`` from the registry: one ``aggregate`` over its
-        entries, plus, when it meets batch documents, their fold, and for flagged entries
-        the page meets, a probe of their items and the exact entry written back, then the
-        page read again."""
+        """One page of ``list_namespaces`` from the registry: one ``aggregate`` of the
+        page's groups of entries, plus, when it meets batch documents, their fold and the
+        page read again (once), and for flagged entries it meets, a probe of their items and
+        the exact entry written back (``_settle``), whose answer the page takes. Groups
+        found empty make it read on, after the last group it read, twice as many each time:
+        its reads are bounded by the page and the entries it settles, whatever writes land
+        meanwhile. Each namespace it lists had a live item at some moment of the call (an
+        unflagged entry when read, a probe), and one live throughout is listed."""
         if not self.omit_expired:  # the registry does not know expired items still stored
             grouped = yield from aggregate(STORE, reading.namespaces_pipeline(op, None))
             return reading.namespaces(grouped)
-        live: dict[str, bool] = {}  # flagged entries probed by this listing: live or not
         wanted = op.offset + op.limit
-        folded = False
-        while True:
-            pipeline = registry.listing_pipeline(op, now, wanted)
-            groups = yield from aggregate(REGISTRY, pipeline)
-            read = len(groups)
-            if not folded and any(group["_id"] == registry.BATCHES for group in groups):
-                # Once: batch documents written since are of puts this listing overlaps.
-                folded = True
+        listed: list[str] = []
+        ask, after, folded = wanted, None, False
+        while len(listed) < wanted:
+            groups = yield from aggregate(REGISTRY, registry.listing_pipeline(op, now, ask, after))
+            if not folded and groups and groups[0]["_id"] == registry.BATCHES:
                 yield from self._fold()
+                folded = True
                 continue
-            groups = [group for group in groups if group["_id"] != registry.BATCHES]
-            unknown = {
-                entry
-                for group in groups
-                if not group["unflagged"]
-                for entry in group["flagged"]
-                if entry is not None and entry not in live
-            }
-            if unknown:
-                live.update((yield from self._settle(sorted(unknown), now)))
-                continue
-            listed: list[str] = [
+            # Batch documents written after the first read are of puts this listing overlaps.
+            folded = True
+            found = [group for group in groups if group["_id"] != registry.BATCHES]
+            flagged = sorted(
+                {e for g in found if not g["unflagged"] for e in g["flagged"] if e is not None}
+            )
+            live = (yield from self._settle(flagged, now)) if flagged else {}
+            listed += [
                 group["_id"]
-                for group in groups
+                for group in found
                 if group["unflagged"] or any(live.get(e, False) for e in group["flagged"])
             ]
-            if read < wanted or len(listed) >= wanted:
-                return [split(ns) for ns in listed[op.offset : wanted]]
-            wanted += wanted - len(listed)  # some groups turned out empty: read further
+            if len(groups) < ask:  # no group after these
+                break
+            after = groups[-1]["_id"]
+            ask = max(wanted - len(listed), 2 * ask)
+        return [split(ns) for ns in listed[op.offset : wanted]]
 
     def _fold(self) -> Operation[None]:
         """The batch documents stored, folded into the registry's entries (one ``find``,

@@ -295,15 +295,19 @@ def listing_matches(op: ListNamespacesOp, now: datetime) -> list[dict[str, Any]]
     ]
 
 
-def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[dict[str, Any]]:
+def listing_pipeline(
+    op: ListNamespacesOp, now: datetime, wanted: int, after: str | None = None
+) -> list[dict[str, Any]]:
     """The first ``wanted`` distinct namespaces (truncated to ``max_depth``, sorted like
-    tuples) of live entries, after a group ``BATCHES`` where batch documents are left to
-    fold; ``flagged`` lists a group's flagged entries, and ``unflagged`` is 1 when one of
-    its entries is not flagged."""
+    tuples) of live entries, after ``after`` (the last one a listing read before) or else
+    after a group ``BATCHES`` where batch documents are left to fold; ``flagged`` lists a
+    group's flagged entries, and ``unflagged`` is 1 when one of its entries is not
+    flagged."""
     key: Any = f"${LISTED}"
     if op.max_depth is not None:
         key = {"$arrayElemAt": [{"$slice": [f"${LEVELS}", op.max_depth]}, -1]}
     is_flagged = {"$eq": ["$recheck", True]}
+    rest = [] if after is None else [{"$match": {"_id": {"$gt": after}}}]
     return [
         *listing_matches(op, now),
         {
@@ -313,6 +317,7 @@ def listing_pipeline(op: ListNamespacesOp, now: datetime, wanted: int) -> list[d
                 "flagged": {"$addToSet": {"$cond": [is_flagged, "$_id", None]}},
             }
         },
+        *rest,
         {"$sort": {"_id": 1}},
         {"$limit": wanted},
     ]
