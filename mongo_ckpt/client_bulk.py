@@ -74,9 +74,9 @@ class PutPath:
         saver's puts go per collection, and savers set up later on the client decide so;
         with ``client_bulk_write=True`` this raises ``ClientBulkWriteUnavailable`` instead.
         Any other failure is raised again."""
+        if not refusal(error):
+            raise error
         if isinstance(error, OperationFailure):
-            if error.code not in NO_SUCH_COMMAND:
-                raise error
             why = f"code {error.code}: {(error.details or {}).get('errmsg', error)}"
         else:
             why = str(error)
@@ -93,6 +93,12 @@ class PutPath:
         )
         self.namespaces = None
         _SERVER_HAS[id(self.client)] = False
+
+
+def refusal(error: OperationFailure | InvalidOperation) -> bool:
+    """Whether a client bulk write failed with ``error`` before any of it ran: refused by
+    the client library (``InvalidOperation``) or by a server without the command."""
+    return not isinstance(error, OperationFailure) or error.code in NO_SUCH_COMMAND
 
 
 def has_bulk_write(client: Any) -> bool:

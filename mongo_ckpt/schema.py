@@ -123,8 +123,14 @@ def _kind(key: str) -> str:
 def read(key: str, where: str) -> Operation[int | None]:
     """The recorded version of ``key`` (``None`` when unversioned); raises
     ``SchemaTooNewError`` when it is newer than this release understands."""
+    found, _ = yield from read_record(key, where)
+    return found
+
+
+def read_record(key: str, where: str) -> Operation[tuple[int | None, dict[str, str]]]:
+    """``read``, and the collections recorded with the version (by logical name)."""
     doc = yield from find_one(SCHEMA, {"_id": key})
-    return _understood(doc, key, where)
+    return _understood(doc, key, where), dict((doc or {}).get("collections", {}))
 
 
 def _understood(doc: Mapping[str, Any] | None, key: str, where: str) -> int | None:

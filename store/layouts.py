@@ -79,6 +79,19 @@ def foreign_layout(
     return None
 
 
+def check_recorded(db_name: str, names: Mapping[str, str], recorded: Mapping[str, str]) -> None:
+    """``ForeignCollectionError`` when the store's layout record names another registry
+    collection than ``names`` does: its entries are there, and the one given may hold
+    anything."""
+    kept = recorded.get(REGISTRY)
+    if kept is not None and kept != names[REGISTRY]:
+        raise ForeignCollectionError(
+            f"the store on collection {names[STORE]!r} of database {db_name!r} keeps its "
+            f"namespace registry in {kept!r} (recorded when it was set up), not "
+            f"{names[REGISTRY]!r}: pass registry_collection_name={kept!r}; nothing was written"
+        )
+
+
 def refusal(db_name: str, logical: str, collection: str, found: str) -> ForeignCollectionError:
     """The error for the store's ``logical`` collection, ``collection``, holding ``found``."""
     hint = (

@@ -37,7 +37,7 @@ from langgraph.store.base import (
 )
 from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 
-from mongo_ckpt import schema
+from mongo_ckpt import client_bulk, schema
 from mongo_ckpt.calls import (
     Operation,
     WriteRequest,
@@ -164,7 +164,8 @@ class StoreOperations:
         may (``schema.climb``)."""
         key = schema.store_key(names[STORE])
         where = _where(db_name, names)
-        found = yield from schema.read(key, where)
+        found, recorded = yield from schema.read_record(key, where)
+        layouts.check_recorded(db_name, names, recorded)
         if found is None:
             if (yield from self._refuse_foreign(db_name, names)):
                 raise schema.pre_release(key, where, None)
@@ -516,7 +517,11 @@ class StoreOperations:
                 writes = [(STORE, requests), (REGISTRY, entries)]
                 items, registered = yield from client_bulk_write(writes, path.namespaces)
             except (OperationFailure, InvalidOperation) as error:
-                path.refused(error)  # raised again unless the primary has no such command
+                if not client_bulk.refusal(error):  # it ran, and may have applied deletes
+                    if entries:
+                        yield from bulk_write(REGISTRY, entries, ordered=True)
+                    raise
+                path.refused(error)  # raises ClientBulkWriteUnavailable when required
                 refused = True
             if not refused:
                 sent = registered is not None

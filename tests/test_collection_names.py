@@ -253,6 +253,30 @@ async def test_store_refuses_a_registry_in_another_layouts_collection(
         assert "of the mongo-ckpt store recorded as 'store:memo'" in message
 
 
+async def test_a_store_is_refused_another_registry_than_it_recorded(
+    client: Any, db_name: str, make_store: Any
+) -> None:
+    """Set up with its registry in one collection, a store opened again with another
+    registry name (another store's items, a saver's collection, a new one) is refused
+    before anything is written: its entries are in the one it recorded."""
+    MongoDBSaver(client, db_name).setup()
+    first = make_store(collection_name="memo")
+    await maybe_await(first.put(("users",), "a", {"x": 1}))
+    other = make_store(collection_name="other")
+    await maybe_await(other.put(("teams",), "b", {"x": 1}))
+    for name in ("other", "checkpoints", "fresh"):
+        raw = first.db[name]
+        held = await maybe_await(raw.count_documents({}))
+        again = make_store(collection_name="memo", registry_collection_name=name)
+        with pytest.raises(ForeignCollectionError) as raised:
+            await maybe_await(again.put(("z",), "k", {}))
+        assert "keeps its namespace registry in 'memo_namespaces'" in str(raised.value)
+        assert "pass registry_collection_name='memo_namespaces'" in str(raised.value)
+        assert await maybe_await(raw.count_documents({})) == held
+    assert await maybe_await(first.collection.count_documents({})) == 1
+    assert await maybe_await(first.list_namespaces()) == [("users",)]
+
+
 async def test_store_refuses_an_official_store_collection(
     client: Any, db_name: str, make_store: Any
 ) -> None:

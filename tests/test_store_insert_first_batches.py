@@ -16,7 +16,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.store.base import GetOp, PutOp
 from langgraph.store.memory import InMemoryStore
 from pymongo import ASCENDING
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from mongo_ckpt.store import MongoDBStore, documents, registry
 from tests.backends import count_calls, sync_client
@@ -358,3 +358,49 @@ def test_a_value_bson_cannot_encode_is_refused_before_the_batch_deletes(
         assert store.search(("new",)) == []
         assert store.list_namespaces() == _truth(store) == [("keep",)]
 
+
+
+@pytest.mark.parametrize("client_bulk_write", [None, False], ids=["one command", "two"])
+def test_a_put_refused_with_a_write_concern_error_still_flags_the_emptied_namespace(
+    monkeypatch: pytest.MonkeyPatch, db_name: str, client_bulk_write: bool | None
+) -> None:
+    """As above, with the write error reported beside a write concern error (what
+    ``w: "majority"`` with a ``wtimeout`` answers on a replica set): the client-level bulk
+    write raises it whole, and the registry's flags are still sent after it."""
+    from pymongo import MongoClient
+    from pymongo.collection import Collection
+    from pymongo.errors import ClientBulkWriteException
+
+    concern = [{"code": 64, "errmsg": "waiting for replication timed out"}]
+    whole, per_collection = MongoClient.bulk_write, Collection.bulk_write
+
+    def client_bulk_write_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return whole(self, *args, **kwargs)
+        except ClientBulkWriteException as error:
+            details = {**error.details, "writeConcernErrors": concern}
+            raise ClientBulkWriteException(details, error.verbose) from None
+
+    def bulk_write_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return per_collection(self, *args, **kwargs)
+        except BulkWriteError as error:
+            raise BulkWriteError({**error.details, "writeConcernErrors": concern}) from None
+
+    monkeypatch.setattr(MongoClient, "bulk_write", client_bulk_write_)
+    monkeypatch.setattr(Collection, "bulk_write", bulk_write_)
+    client = sync_client("wire")
+    store = MongoDBStore(client, db_name, client_bulk_write=client_bulk_write)
+    store.setup()
+    assert store.uses_client_bulk_write == (client_bulk_write is None)
+    _user_unique_index(store)
+    store.put(("gone",), "only", {"v": 1})
+    store.put(("b",), "p", {"email": "x@example.com"})
+    assert store.list_namespaces() == [("b",), ("gone",)]
+    with pytest.raises(OperationFailure):
+        store.batch(
+            [PutOp(("gone",), "only", None), PutOp(("c",), "k", {"email": "x@example.com"})]
+        )
+    assert store.get(("gone",), "only") is None
+    assert store.list_namespaces() == _truth(store) == [("b",)]
+    client.drop_database(db_name)
