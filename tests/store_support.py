@@ -66,10 +66,10 @@ def ttl_indexes(info: dict[str, Any]) -> list[str]:
     return [name for name, spec in info.items() if "expireAfterSeconds" in spec]
 
 
-def writes(store: Any) -> dict[tuple[str, str], int]:
+def writes(store: Any, inserted: bool = False) -> dict[tuple[str, str], int]:
     """The calls of a batch's writes: one client-level bulk write, or its items, then its
-    namespaces' registry entries."""
-    if store.uses_client_bulk_write:
+    namespaces' registry entries (always, for a batch ``inserted``: of many new items)."""
+    if store.uses_client_bulk_write and not inserted:
         return {(CLIENT, "bulk_write"): 1}
     return {("store", "bulk_write"): 1, ("registry", "bulk_write"): 1}
 

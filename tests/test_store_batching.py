@@ -40,7 +40,7 @@ async def test_n_puts_are_one_bulk_write_and_one_embedding_call(make_astore: Any
     await store.abatch(
         [PutOp(("notes",), f"n{i}", {"text": f"note number {i % 3}"}) for i in range(12)]
     )
-    assert dict(calls) == writes(store)
+    assert dict(calls) == writes(store, inserted=True)
     # identical texts are embedded once
     assert embeddings.document_calls == [["note number 0", "note number 1", "note number 2"]]
     assert len(await store.asearch(("notes",), limit=100)) == 12
@@ -78,7 +78,7 @@ async def test_mixed_batch_round_trips(make_astore: Any) -> None:
         ops.append(PutOp(("m", "new"), f"p{i}", {"i": i}))
     ops += [SearchOp(("m", str(i)), filter={"i": {"$gte": 8}}) for i in range(4)]
     results = await store.abatch(ops)
-    assert dict(calls) == {("store", "find"): 5, **writes(store)}
+    assert dict(calls) == {("store", "find"): 5, **writes(store, inserted=True)}
     assert [r.value["i"] for r in results[0:16:2]] == list(range(8))
     assert results[1:16:2] == [None] * 8
     assert [sorted(i.value["i"] for i in r) for r in results[16:]] == [

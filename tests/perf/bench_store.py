@@ -75,6 +75,7 @@ from langgraph.store.base import GetOp, Op, PutOp, SearchOp  # noqa: E402
 from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
 from pymongo import IndexModel, MongoClient, UpdateOne, monitoring  # noqa: E402
 
+from mongo_ckpt.calls import CLIENT  # noqa: E402
 from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
 from tests import backends as test_backends  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
@@ -175,13 +176,19 @@ SCENARIOS: dict[str, Callable[[int], list[Op]]] = {
 }
 
 
+def _count(store: MongoDBStore, calls: Counter) -> None:
+    """Count the calls on the store's collections and its client-level bulk writes."""
+    for name in ("store", "registry", CLIENT):
+        store.collections[name] = CountingCollection(store.collections[name], name, calls)
+
+
 def make_store(name: str, backend: Backend, db: str) -> tuple[Any, Counter]:
     """A store on ``backend`` whose collection calls are counted."""
     calls: Counter = Counter()
     if name != OFFICIAL:
         ours = MongoDBStore(backend.client, db)
         ours.setup()
-        ours.collections["store"] = CountingCollection(ours.collections["store"], "store", calls)
+        _count(ours, calls)
         return ours, calls
     collection = backend.client[db]["store"]
     if backend.name == "mock":
@@ -268,7 +275,7 @@ def scaled_store(name: str, backend: Backend, db: str) -> tuple[Any, Counter]:
         index = {"dims": DIMS, "embed": FakeEmbeddings(), "fields": ["text"]}
         ours = MongoDBStore(backend.client, db, index=index, exact_search=True)  # type: ignore[arg-type]
         ours.setup()
-        ours.collections["store"] = CountingCollection(ours.collections["store"], "store", calls)
+        _count(ours, calls)
         return ours, calls
     return make_store(name, backend, db)
 
