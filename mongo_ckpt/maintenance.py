@@ -4,28 +4,35 @@ each other without transactions.
 A ``put`` continues from a parent checkpoint it read earlier (a node may run for minutes
 in between); its checkpoint shares the parent's stored values and, for DeltaChannels,
 rebuilds from the parent's history. Maintenance may be deleting that parent at the same
-moment. Each side writes first and reads second, on the parent's own document, so at
-least one of them sees the other:
+moment. The protocol keeps these invariants; every step below names the ones it keeps.
 
-- a ``put`` writes its checkpoint and, in the same ordered bulk write, probes its parent:
-  the probe matches only a parent that is stored and carries no tombstone. No match, and
-  the put reads the parent: one with a live tombstone (judged on the server's clock), or
-  one that is gone while a value the checkpoint shares is gone or marked, takes the
-  checkpoint back and raises ``StaleParentError``; a parent never stored is accepted;
-- maintenance sets a tombstone (``doomed``: the call's token, ``doomed_at``) on each
-  checkpoint it means to delete that carries no live one (``unclaimed``: another call's is
-  never taken over, so no call lifts another's), then reads the thread's checkpoints
-  again: one stored meanwhile is a survivor, so the values and the ancestry it needs stay
-  (its parent among them). It deletes only checkpoints still tombstoned, and lifts only
-  its own tombstones (by token).
-
-A tombstone is live for ``TOMBSTONE_LEASE``: one left by a call that was cut stops puts
-no longer than that.
+- **V, visible whole**: a checkpoint with a parent is visible only once its put's probe
+  found the parent stored without a tombstone (it is written ``pending``, then confirmed
+  in the same ordered bulk write), so what it names and replays was stored then.
+- **S, seen**: each side writes first and reads second, on the parent's own document: a
+  put writes its checkpoint, then probes the parent; maintenance tombstones the
+  checkpoints it means to delete, then reads the threads. So at least one sees the other:
+  the put finds the tombstone and takes its checkpoint back (``StaleParentError``), or
+  maintenance finds the checkpoint stored and keeps it as a survivor.
+- **K, kept**: maintenance deletes only checkpoints that still carry a tombstone and
+  that no survivor of its last look rebuilds DeltaChannels from, and only values and
+  writes that no stored checkpoint needs.
+- **O, own**: a live tombstone is never taken over, and a call lifts only its own (by its
+  token): two calls on one thread never undo each other.
+- **L, lease**: a tombstone is live for ``TOMBSTONE_LEASE``; a call deletes only while its
+  tombstones are live by the server's clock (renewed, and the look read again, when half
+  the lease passed), and one left by a cut call stops puts no longer than that.
+- **M, marks**: what a call means to delete is marked (``doomed: true``) before the
+  checkpoints naming it go, so that any later call deletes it if that call is cut; a mark
+  on a document that a checkpoint left stored needs is lifted by the call that set it.
+- **C, clock**: every judgement of time (the sweep's cutoff, a tombstone's age,
+  ``STRAY_AGE``) is the server's, never a client's.
 
 This module holds both sides: the put's probe and take-back (``probe_parent``,
 ``judge_parent``), and every operation that deletes (``prune``, ``delete_for_runs``,
-``delete_thread``, the retention sweep), each taking the ``forget`` of the saver's
-memory of the threads it deletes.
+``delete_thread``, the retention sweep), each the same sequence (``_delete_tombstoned``
+then ``_delete_unneeded``) with its own choice of what to delete and what to spare,
+each taking the ``forget`` of the saver's memory of the threads it deletes.
 """
 
 from __future__ import annotations
@@ -496,24 +503,25 @@ def _delete_tombstoned(
     keys)`` keeps; return the threads' checkpoints as last read. Each step is safe to
     cut and retry:
 
-    1. tombstone at the server's time ``now`` the planned checkpoints without a live
-       tombstone (another call's is never taken over, nor lifted: that call, or one
-       cut, is deleting them too), then read the threads' checkpoints: one stored
-       since has no tombstone and is a survivor. A put that comes after the
-       tombstones finds its parent tombstoned and takes its checkpoint back; one
-       stored whole without it (no parent) stays;
-    2. spare (un-tombstone, by this call's token) what ``spare`` keeps, and mark the
-       writes of the rest and the value versions that they, and no stored survivor,
-       need (``values`` names list-delta bases too, so a base lives as long as a
-       checkpoint rebuilt from it);
-    3. right before the delete, re-check the lease (``_lease_renewed``): when half of
-       it has passed, read the threads again and spare and unmark anew, since a put
-       may have seen a tombstone expired;
-    4. delete those checkpoints that still carry a tombstone (``deleted`` counts them).
+    1. tombstone, at the server's time ``now``, the planned checkpoints without a live
+       tombstone (S, O, C), then look: read the threads' checkpoints; one stored since
+       carries no tombstone and is a survivor (S, K);
+    2. spare (un-tombstone, by this call's token) what ``spare`` keeps (K, O), and mark
+       the writes of the rest and the value versions that they, and no survivor, need
+       (M; ``values`` names list-delta bases too, so a base lives as long as a
+       checkpoint rebuilt from it); marks of an earlier pass on what is now spared or
+       needed are lifted (M);
+    3. renew the lease when half of it passed, and then look again and go back to 2 (L:
+       a put may have seen a tombstone expired);
+    4. delete those checkpoints that still carry a tombstone (K; ``deleted`` counts them);
+    5. lift the marks this call set on documents left needed after all (M): those of
+       checkpoints another call spared (``_unmark_spared``), and of pending checkpoints
+       whose put confirmed them after the look (``_unmark_confirmed``).
     """
     token = ObjectId()
     threads = {"thread_id": {"$in": sorted(thread_ids)}}
     chosen = threads if planned is None else keys_query(planned)
+    # 1. (S, O, C) tombstones, then (S, K) the look
     yield from update_many(CHECKPOINTS, unclaimed(chosen, now), tombstone(token, now))
     stored = yield from _skeletons(thread_ids)
     doomed = {
@@ -522,6 +530,7 @@ def _delete_tombstoned(
     marked_writes: set[Key] = set()
     marked_values: set[Key] = set()
     while True:
+        # 2. (K, O) spare, then (M) mark what goes and unmark what no longer does
         gone = doomed & {key_of(s) for s in stored}
         gone -= spare(stored, gone)
         if doomed - gone:
@@ -534,19 +543,22 @@ def _delete_tombstoned(
         if gone - marked_writes:
             yield from update_many(WRITES, keys_query(gone - marked_writes), MARK)
         yield from mark_values(unused - marked_values)
-        # Spared, or needed by a survivor, since the last pass: unmarked again.
+        # Spared, or needed by a survivor, since the last pass: unmarked again (M).
         if marked_writes - gone:
             yield from update_many(WRITES, keys_query(marked_writes - gone), UNMARK)
         if marked_values - unused:
             yield from update_many(BLOBS, blob_keys_query(marked_values - unused), UNMARK)
         marked_writes, marked_values = gone, unused
+        # 3. (L) half the lease gone: renewed, and the look again
         if not gone or not (yield from _lease_renewed(gone)):
             break
         stored = yield from _skeletons(thread_ids)
     if gone:
+        # 4. (K) the delete
         query = {**keys_query(gone), DOOMED: {"$exists": True}}
         result = yield from delete_many(CHECKPOINTS, query)
         deleted.add(CHECKPOINTS, result.deleted_count)
+        # 5. (M) this call's marks on what stays needed, lifted
         if result.deleted_count < len(gone):
             yield from _unmark_spared(gone, marked_values)
         if stillborn:

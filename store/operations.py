@@ -506,9 +506,10 @@ class StoreOperations:
         bulk writes. Inserts (``inserts``: a batch of many new items) always go in two:
         there the command saved is small beside the write, and SecantusDB runs 1,000 of them
         in an ``insert`` command in about 60% of the time the ``bulkWrite`` takes (same
-        batches, process CPU: 285-290 against 457-477 ms). The entries are sent after a write error of the items too: every entry
-        statement that may leave an entry wrong flags it, so one for an item not written is
-        harmless, and a delete applied before the error is flagged. Except after an insert
+        batches, process CPU: 285-290 against 457-477 ms). The entries are sent after a
+        write error of the items too: every entry statement that may leave an entry wrong
+        flags it, so one for an item not written is harmless, and a delete applied before
+        the error is flagged. Except after an insert
         refused because its item is stored (one of ``inserts``, the requests' positions):
         then the position of that item among them, the entries left to the next send."""
         path = self.put_path if not inserts else None
