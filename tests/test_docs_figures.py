@@ -52,6 +52,22 @@ def test_migrating_md_has_the_official_suites_last_results() -> None:
             assert named, f"{test_id} ({name}) failed but docs/migrating.md does not say why"
 
 
+@pytest.mark.exhaustive
+def test_the_official_suites_run_fresh_as_recorded(tmp_path: Path) -> None:
+    """The official packages' suites, run fresh against this tree (their sdists downloaded,
+    imports switched: tests/compat/run_official_suites.py), end as last_run.json records,
+    test by test: so docs/migrating.md's table, checked against that file above, is a
+    fresh run's."""
+    fresh = tmp_path / "run.json"
+    done = subprocess.run(
+        [sys.executable, "tests/compat/run_official_suites.py", "--results", str(fresh)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
+    )
+    assert fresh.exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    recorded = json.loads((ROOT / "tests" / "compat" / "last_run.json").read_text())
+    assert json.loads(fresh.read_text()) == recorded
+
+
 # -- operations.md ------------------------------------------------------------------
 
 

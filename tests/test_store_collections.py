@@ -5,6 +5,7 @@ with puts and deletes are in ``tests/test_store_registry.py``."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -88,3 +89,27 @@ def test_an_entry_expires_with_its_items(make_store: Any, request: Any) -> None:
         time.sleep(0.2)
     assert list(collection.find({})) == [] == list(entries.find({}))
     assert store.list_namespaces() == []
+
+
+def test_two_upgrades_at_once_both_succeed(make_store: Any) -> None:
+    """Two processes upgrading one store at once (``mongo-ckpt upgrade --store`` twice):
+    both succeed, the layout recorded once, the items untouched."""
+    first = make_store(collection_name="memories")
+    first.put(("users",), "a", {"v": 1})
+    stores = [make_store(collection_name="memories") for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def upgrade(store: MongoDBStore) -> None:
+        try:
+            store.upgrade()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upgrade, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert read_version(first.db, store_key("memories")) == STORE_SCHEMA_VERSION
+    assert [(i.key, i.value) for i in first.search(("users",))] == [("a", {"v": 1})]

@@ -8,7 +8,7 @@ Usage, from the repository root::
 What it does, all inside a fresh temporary directory (nothing of the official packages is
 copied into this repository):
 
-1. ``pip download --no-deps --no-binary :all:`` the sdists of
+1. ``pip download --no-deps --no-binary NAME`` the sdists of
    ``langgraph-checkpoint-mongodb==0.5.1`` and ``langgraph-store-mongodb==0.4.0`` and
    extracts them;
 2. copies only their ``tests/`` directories and rewrites the imports of the official
@@ -18,7 +18,8 @@ copied into this repository):
    ``MONGODB_URI`` at it (``DB_NAME`` is left to its default);
 4. runs pytest on each suite and prints a per-test summary and per-package counts;
    ``--record`` also writes each test's outcome to ``RESULTS`` (``last_run.json`` here),
-   which docs/migrating.md's figures are checked against (tests/test_docs_figures.py).
+   which docs/migrating.md's figures are checked against (tests/test_docs_figures.py),
+   ``--results FILE`` to FILE (the exhaustive tier runs the suites fresh and compares).
 
 The store's ``integration_tests`` need an Atlas vector search index and an embedding
 service (OpenAI, Azure or a local Ollama); they are left out unless ``--include-atlas``.
@@ -67,7 +68,7 @@ def download(tmp: Path, name: str, version: str) -> Path:
     dest.mkdir(exist_ok=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         "--no-binary", ":all:", f"{name}=={version}", "-d", str(dest)],
+         "--no-binary", name, f"{name}=={version}", "-d", str(dest)],
         check=True,
     )
     stem = f"{name.replace('-', '_')}-{version}"
@@ -138,6 +139,8 @@ def main() -> int:
     parser.add_argument("--only", choices=sorted(PACKAGES), help="run one package's suite")
     parser.add_argument("--record", action="store_true",
                         help=f"write every test's outcome to {RESULTS.relative_to(REPO)}")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="write every test's outcome to this file instead (implies --record)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args()
 
@@ -181,8 +184,8 @@ def main() -> int:
         bad += counts["failed"] + counts["error"]
         print(f"{PACKAGES[label][0]}=={PACKAGES[label][1]}: " + ", ".join(
             f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped")))
-    if args.record:
-        RESULTS.write_text(json.dumps(recorded(summary), indent=2) + "\n")
+    if args.record or args.results:
+        (args.results or RESULTS).write_text(json.dumps(recorded(summary), indent=2) + "\n")
     return 1 if bad else 0
 
 
