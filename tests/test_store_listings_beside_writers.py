@@ -104,6 +104,7 @@ def test_listings_beside_writers_are_exact_bounded_pages(db_name: str) -> None:
         thread.join()
     assert not errors, errors
     assert len(pages) == 50
+    print(f"aggregates per listing: at most {max(count for *_, count in pages)}")
     for limit, offset, page, aggregates in pages:
         assert len(page) <= limit and page == sorted(set(page)), (limit, offset, page)
         assert set(page) <= set(NAMES), page
