@@ -142,7 +142,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.collections[CLIENT] = ClientCalls(given, write_concern)
         self.client_bulk_write = client_bulk_write
         self._put_path = client_bulk.PutPath(given, client_bulk_write)
-        self._client_bulk_decided = False
         self.memory = CheckpointMemory(list_deltas)
         self._is_setup = False
         self._tracer = operation_tracer(tracing, db_name)
@@ -254,13 +253,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         already. The first setup also decides whether puts use the client-level bulk write
         (once per saver)."""
         if not self._is_setup:
-            if not self._client_bulk_decided:
-                if (yield from client_bulk.decide(self.client, self.client_bulk_write)):
-                    self._put_path.namespaces = {
-                        logical: f"{self.db.name}.{name}"
-                        for logical, name in self.layout.by_logical().items()
-                    }
-                self._client_bulk_decided = True
+            yield from self._put_path.decide(self.db.name, self.layout.by_logical())
             yield from self.ops.setup(self.db.name)
             self._is_setup = True
 

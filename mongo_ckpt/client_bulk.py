@@ -64,6 +64,17 @@ class PutPath:
         self.client = client
         self.wanted = wanted
         self.namespaces: Mapping[str, str] | None = None
+        self.decided = False
+
+    def decide(self, db_name: str, collections: Mapping[str, str]) -> Operation[None]:
+        """Once (at the owner's first setup): whether writes go as one client-level bulk
+        write (``decide``), to ``collections`` (by logical name) of database ``db_name``."""
+        if not self.decided:
+            if (yield from decide(self.client, self.wanted)):
+                self.namespaces = {
+                    logical: f"{db_name}.{name}" for logical, name in collections.items()
+                }
+            self.decided = True
 
     def refused(self, error: OperationFailure | InvalidOperation) -> None:
         """A put's client bulk write failed as a whole with ``error``, because the primary

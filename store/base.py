@@ -163,8 +163,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
             CLIENT: ClientCalls(given, None),
         }
         self.client_bulk_write = client_bulk_write
-        self.ops.put_path = client_bulk.PutPath(given, client_bulk_write)
-        self._client_bulk_decided = False
+        self._put_path = self.ops.put_path = client_bulk.PutPath(given, client_bulk_write)
         self._is_setup = False
         self._tracer = operation_tracer(tracing, self.db.name)
 
@@ -238,13 +237,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """Index creation (and the vector index where there is one), unless done already.
         The first setup also decides whether writes use the client-level bulk write."""
         if not self._is_setup:
-            path = self.ops.put_path
-            if not self._client_bulk_decided and path is not None:
-                if (yield from client_bulk.decide(self.client, self.client_bulk_write)):
-                    path.namespaces = {
-                        logical: f"{self.db.name}.{name}" for logical, name in self._names.items()
-                    }
-                self._client_bulk_decided = True
+            yield from self._put_path.decide(self.db.name, self._names)
             yield from self.ops.setup(self.db.name, self._names)
             self._is_setup = True
 
@@ -337,7 +330,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
     def uses_client_bulk_write(self) -> bool:
         """Whether a batch's writes go as one client-level ``bulkWrite`` (decided at setup;
         ``False`` for good once the server refuses the command)."""
-        return self.ops.put_path is not None and self.ops.put_path.namespaces is not None
+        return self._put_path.namespaces is not None
 
     @property
     def _names(self) -> dict[str, str]:
