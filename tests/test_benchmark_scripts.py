@@ -16,6 +16,7 @@ SMALLEST = {
     "bench_cache.py": ["--backend", "mock", "--repeat", "1", "--entries", "20"],
     "bench_checkpointer.py": ["--backend", "mock", "--turns", "2"],
     "bench_delta_turns.py": ["--backend", "mock", "--turns", "4", "--windows", "1-3"],
+    "bench_latency.py": ["--rtt", "0", "--turns", "6", "--repeat", "1"],
     "bench_migration.py": ["--backend", "mock", "--threads", "2", "--turns", "2", "--batch", "1"],
     "bench_put_cpu.py": ["--turns", "4", "--window", "2", "--top", "1"],
     "bench_store.py": ["--backend", "mock", "--repeat", "1"],
@@ -39,3 +40,25 @@ def test_the_script_runs(script: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert done.stdout.strip()  # its report
+
+
+def test_the_delaying_proxy_holds_every_round_trip() -> None:
+    """``tests/perf/servers.delayed`` adds at least its round-trip time to each command (a
+    lower bound: a sleep never ends early), and forwards the replies whole."""
+    import time
+
+    from pymongo import MongoClient
+
+    from tests.backends import uri_for
+    from tests.perf.servers import delayed
+
+    with delayed(uri_for("wire"), 20) as uri:
+        client: MongoClient[dict[str, object]] = MongoClient(uri)
+        try:
+            client.admin.command("ping")
+            start = time.perf_counter()
+            reply = client.admin.command("ping")
+            assert time.perf_counter() - start >= 0.020
+            assert reply["ok"] == 1
+        finally:
+            client.close()

@@ -79,6 +79,7 @@ from mongo_ckpt.calls import CLIENT  # noqa: E402
 from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
 from tests import backends as test_backends  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
+from tests.perf.servers import server_process  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
 DOC = REPO / "docs" / "store.md"
@@ -300,29 +301,6 @@ def peak_kib(action: Callable[[], Any]) -> float:
         return tracemalloc.get_traced_memory()[1] / 1024
     finally:
         tracemalloc.stop()
-
-
-@contextmanager
-def server_process() -> Iterator[str]:
-    """A SecantusDB server in its own process, so that ``tracemalloc`` here sees only the
-    client (the wire backend of the tests runs in this process)."""
-    import socket
-    import subprocess
-    import tempfile
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory() as storage:
-        args = [sys.executable, "-m", "secantus", "--port", str(port), "--storage-path", storage]
-        server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            uri = f"mongodb://127.0.0.1:{port}/?directConnection=true"
-            MongoClient(uri, serverSelectionTimeoutMS=30_000).admin.command("ping")
-            yield uri
-        finally:
-            server.terminate()
-            server.wait()
 
 
 def vector_memory(sizes: list[int], limits: list[int]) -> str:

@@ -1,0 +1,221 @@
+"""Latency benchmark: mongo-ckpt and the official packages at a network's round-trip time.
+
+On loopback a round trip costs almost nothing, so every other benchmark hides what a
+command saved is worth. Here the wire server is reached through a loopback proxy that
+holds every chunk half the round trip each way (``tests/perf/servers.py``): about 1 ms,
+inside a cloud region, and 20 ms, across regions (the measured ``ping`` is shown). The
+server runs in a process of its own, so the benchmark's process holds only the clients
+(and the graphs), as an application does.
+At each round-trip time, in one run:
+
+- **checkpointer**: ms per ``graph.invoke`` turn (median and p90 over ``--turns`` turns of
+  one conversation, the first five left out), ``add_messages`` and ``DeltaChannel``, for
+  mongo-ckpt's ``MongoDBSaver`` and langgraph-checkpoint-mongodb's;
+- **store**: ms per ``put`` (an overwrite), ``get``, ``search`` with a filter and
+  ``list_namespaces``, for mongo-ckpt's ``MongoDBStore`` and langgraph-store-mongodb's;
+- **cache**: ms per ``get`` and ``set`` of 20 keys, mongo-ckpt's ``MongoDBCache``;
+- **concurrency**: turns per second of ``N`` = 1, 8 and 32 conversations in threads, each
+  its own thread id (``--turns`` turns each), both savers, ``add_messages``.
+
+Run from the repository root (not collected by pytest)::
+
+    python tests/perf/bench_latency.py [--rtt 1 20] [--turns 30] [--repeat 20] [--write]
+
+``--write`` puts the tables into docs/benchmarks.md between its ``bench_latency`` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from langgraph.store.base import PutOp  # noqa: E402
+from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
+from pymongo import MongoClient  # noqa: E402
+
+from mongo_ckpt.cache import MongoDBCache  # noqa: E402
+from mongo_ckpt.store import MongoDBStore  # noqa: E402
+from tests.perf.conversation import (  # noqa: E402
+    DELTA,
+    MONGO_CKPT,
+    OFFICIAL,
+    PLAIN,
+    chat_graph,
+    make_saver,
+    run_turn,
+)
+from tests.perf.servers import delayed, server_process  # noqa: E402
+
+DOC = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench_latency:begin -->", "<!-- bench_latency:end -->"
+OFFICIAL_STORE = "langgraph-store-mongodb"
+WARM = 5  # turns left out of a conversation's figures
+CONVERSATIONS = (1, 8, 32)
+
+
+def timed(action: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    action()
+    return (time.perf_counter() - start) * 1000
+
+
+def summary(times: list[float]) -> str:
+    """``median / p90`` in ms."""
+    ordered = sorted(times)
+    p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+    return f"{statistics.median(ordered):.1f} / {p90:.1f}"
+
+
+def fresh_db(client: MongoClient[Any]) -> str:
+    return f"lat_{uuid.uuid4().hex[:8]}"
+
+
+def turn_times(graph: Any, turns: int) -> list[float]:
+    """ms of each turn of one conversation."""
+    times = []
+    for turn in range(turns):
+        start = time.perf_counter()
+        run_turn(graph, "t", turn)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def store_operations(store: Any) -> dict[str, Callable[[], Any]]:
+    ns = ("users", "u1", "facts")
+    return {
+        "put (overwrite)": lambda: store.put(ns, "k1", {"n": 1, "kind": "fact"}),
+        "get": lambda: store.get(ns, "k1"),
+        "search, filter": lambda: store.search(ns, filter={"kind": "fact"}, limit=5),
+        "list_namespaces": lambda: store.list_namespaces(prefix=("users",), limit=20),
+    }
+
+
+def throughput(graph: Any, count: int, turns: int) -> float:
+    """Turns per second of ``count`` conversations of ``turns`` turns in threads."""
+
+    def converse(thread_id: str) -> None:
+        for turn in range(turns):
+            run_turn(graph, thread_id, turn)
+
+    threads = [threading.Thread(target=converse, args=(f"t{i}",)) for i in range(count)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count * turns / (time.perf_counter() - start)
+
+
+def checkpointer_rows(client: MongoClient[Any], turns: int) -> list[list[str]]:
+    rows = []
+    for variant in (PLAIN, DELTA):
+        for name in (MONGO_CKPT, OFFICIAL):
+            db = fresh_db(client)
+            times = turn_times(chat_graph(make_saver(name, client, db), variant), turns)
+            rows.append([f"turn, {variant}", name, summary(times[WARM:])])
+            client.drop_database(db)
+    return rows
+
+
+def store_rows(client: MongoClient[Any], repeat: int) -> list[list[str]]:
+    rows = []
+    for name in (MONGO_CKPT, OFFICIAL_STORE):
+        db = fresh_db(client)
+        store: Any = (
+            MongoDBStore(client, db) if name == MONGO_CKPT else OfficialStore(client[db]["store"])
+        )
+        store.batch([PutOp(("users", f"u{u}", "facts"), f"k{i}", {"n": i, "kind": "fact"})
+                     for u in range(10) for i in range(10)])
+        for label, action in store_operations(store).items():
+            action()
+            rows.append([f"store {label}", name, summary([timed(action) for _ in range(repeat)])])
+        client.drop_database(db)
+    return rows
+
+
+def cache_rows(client: MongoClient[Any], repeat: int) -> list[list[str]]:
+    db = fresh_db(client)
+    cache: MongoDBCache[Any] = MongoDBCache(client, db)
+    pairs = {(("bench", "node"), f"key{i}"): ({"value": i}, 600) for i in range(20)}
+    cache.set(pairs)
+    keys = list(pairs)
+    rows = [
+        ["cache get, 20 keys", MONGO_CKPT, summary([timed(lambda: cache.get(keys))
+                                                    for _ in range(repeat)])],
+        ["cache set, 20 keys", MONGO_CKPT, summary([timed(lambda: cache.set(pairs))
+                                                    for _ in range(repeat)])],
+    ]
+    client.drop_database(db)
+    return rows
+
+
+def concurrency_rows(client: MongoClient[Any], turns: int) -> list[list[str]]:
+    rows = []
+    for name in (MONGO_CKPT, OFFICIAL):
+        for count in CONVERSATIONS:
+            db = fresh_db(client)
+            rate = throughput(chat_graph(make_saver(name, client, db), PLAIN), count, turns)
+            rows.append([f"{count} conversations", name, f"{rate:.1f} turns/s"])
+            client.drop_database(db)
+    return rows
+
+
+def ping(client: MongoClient[Any]) -> float:
+    client.admin.command("ping")
+    return statistics.median(timed(lambda: client.admin.command("ping")) for _ in range(20))
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def run(server: str, rtt_ms: float, turns: int, repeat: int) -> str:
+    with delayed(server, rtt_ms) as uri:
+        client: MongoClient[Any] = MongoClient(uri)
+        try:
+            measured = ping(client)
+            latency = [
+                *checkpointer_rows(client, turns),
+                *store_rows(client, repeat),
+                *cache_rows(client, repeat),
+            ]
+            rate = concurrency_rows(client, max(2, turns // 3))
+        finally:
+            client.close()
+    head = f"**{rtt_ms:g} ms round trip** (measured `ping`: {measured:.2f} ms)"
+    return "\n\n".join([
+        head,
+        table(latency, ["operation", "implementation", "ms (median / p90)"]),
+        table(rate, ["load", "saver", "throughput"]),
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rtt", type=float, nargs="+", default=[1, 20])
+    parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+    with server_process() as server:
+        text = "\n\n".join(run(server, rtt, args.turns, args.repeat) for rtt in args.rtt)
+    print(text)
+    if args.write:
+        doc = DOC.read_text()
+        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+        DOC.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+
+
+if __name__ == "__main__":
+    main()
