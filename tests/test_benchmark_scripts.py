@@ -30,10 +30,18 @@ def test_every_script_has_a_smallest_run() -> None:
     )
 
 
-@pytest.mark.parametrize("script", SMALLEST)
-def test_the_script_runs(script: str, tmp_path: Path) -> None:
+# Modes a script has besides its main run, each run at its smallest too.
+MODES = [("bench_latency.py", ["--commands"])]
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [*SMALLEST.items(), *MODES],
+    ids=[*SMALLEST, *(f"{script} {' '.join(args)}" for script, args in MODES)],
+)
+def test_the_script_runs(script: str, args: list[str], tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(Path("tests") / "perf" / script), *SMALLEST[script]],
+        [sys.executable, str(Path("tests") / "perf" / script), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**{k: v for k, v in os.environ.items() if k != "MONGODB_URI"},
              "TMPDIR": str(tmp_path)},

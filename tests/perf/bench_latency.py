@@ -17,9 +17,15 @@ At each round-trip time, in one run:
 - **concurrency**: turns per second of ``N`` = 1, 8 and 32 conversations in threads, each
   its own thread id (``--turns`` turns each), both savers, ``add_messages``.
 
+With ``--commands`` it reports instead where a turn's time goes on the server, without the
+proxy: per saver, over the first 12 turns of a conversation, the server process's CPU per
+turn (from ``/proc``) and each kind of command's count and time per turn (a command
+listener's durations).
+
 Run from the repository root (not collected by pytest)::
 
-    python tests/perf/bench_latency.py [--rtt 1 20] [--turns 30] [--repeat 20] [--write]
+    python tests/perf/bench_latency.py [--rtt 1 20] [--turns 60] [--repeat 20] [--write]
+    python tests/perf/bench_latency.py --commands
 
 ``--write`` puts the tables into docs/benchmarks.md between its ``bench_latency`` markers.
 """
@@ -27,11 +33,14 @@ Run from the repository root (not collected by pytest)::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from langgraph.store.base import PutOp  # noqa: E402
 from langgraph.store.mongodb import MongoDBStore as OfficialStore  # noqa: E402
-from pymongo import MongoClient  # noqa: E402
+from pymongo import MongoClient, monitoring  # noqa: E402
 
 from mongo_ckpt.cache import MongoDBCache  # noqa: E402
 from mongo_ckpt.store import MongoDBStore  # noqa: E402
@@ -170,6 +179,60 @@ def concurrency_rows(client: MongoClient[Any], turns: int) -> list[list[str]]:
     return rows
 
 
+class Durations(monitoring.CommandListener):
+    """Each command's duration, by (command, collection)."""
+
+    def __init__(self) -> None:
+        self.started_as: dict[int, tuple[str, str]] = {}
+        self.ms: dict[tuple[str, str], list[float]] = defaultdict(list)
+
+    def started(self, event: Any) -> None:
+        target = event.command.get(event.command_name)
+        collection = target if isinstance(target, str) else ""
+        self.started_as[event.request_id] = (event.command_name, collection)
+
+    def succeeded(self, event: Any) -> None:
+        kind = self.started_as.pop(event.request_id, (event.command_name, ""))
+        self.ms[kind].append(event.duration_micros / 1000)
+
+    def failed(self, event: Any) -> None:
+        self.started_as.pop(event.request_id, None)
+
+
+def server_cpu(uri: str) -> float:
+    """CPU seconds the SecantusDB process serving ``uri`` has used (Linux ``/proc``)."""
+    port = uri.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+    pid = subprocess.run(
+        ["pgrep", "-f", "-n", f"secantus --port {port}"], capture_output=True, text=True
+    ).stdout.split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def command_costs(server: str, turns: int = 12) -> str:
+    """Per saver: server CPU per turn, and each kind of command's count and ms per turn."""
+    rows = []
+    for name in (MONGO_CKPT, OFFICIAL):
+        durations = Durations()
+        client: MongoClient[Any] = MongoClient(server, event_listeners=[durations])
+        db = fresh_db(client)
+        graph = chat_graph(make_saver(name, client, db), PLAIN)
+        durations.ms.clear()
+        before, cpu = server_cpu(server), time.process_time()
+        for turn in range(turns):
+            run_turn(graph, "t", turn)
+        served = (server_cpu(server) - before) * 1000 / turns
+        rows.append([name, "server CPU", "", f"{served:.1f}"])
+        rows.append([name, "client CPU", "", f"{(time.process_time() - cpu) * 1000 / turns:.1f}"])
+        for (command, collection), ms in sorted(durations.ms.items(), key=lambda kv: -sum(kv[1])):
+            label = f"`{command}` {collection}".strip()
+            rows.append([name, label, f"{len(ms) / turns:.1f}", f"{sum(ms) / turns:.1f}"])
+        client.drop_database(db)
+        client.close()
+    header = ["saver", f"first {turns} turns", "per turn", "ms per turn"]
+    return table(rows, header)
+
+
 def ping(client: MongoClient[Any]) -> float:
     client.admin.command("ping")
     return statistics.median(timed(lambda: client.admin.command("ping")) for _ in range(20))
@@ -207,7 +270,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--commands", action="store_true", help="where a turn's time goes")
     args = parser.parse_args()
+    if args.commands:
+        with server_process() as server:
+            print(command_costs(server))
+        return
     with server_process() as server:
         text = "\n\n".join(run(server, rtt, args.turns, args.repeat) for rtt in args.rtt)
     print(text)
