@@ -46,9 +46,9 @@ from pymongo import MongoClient, monitoring  # noqa: E402
 from mongo_ckpt.cache import MongoDBCache  # noqa: E402
 from mongo_ckpt.inprocess import patch_mongomock_bulk  # noqa: E402
 from tests.backends import count_calls, stop_wire, total, wire_uri  # noqa: E402
+from tests.perf.report import write_section  # noqa: E402
 
 DOC = REPO / "docs" / "cache.md"
-BEGIN, END = "<!-- bench_cache:begin -->", "<!-- bench_cache:end -->"
 ENTRIES = 1000
 BATCH = 20
 
@@ -199,9 +199,7 @@ def main() -> None:
     text = "\n\n".join(sections)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-        DOC.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+        write_section(DOC, "bench_cache", text)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from tests.perf.conversation import (  # noqa: E402
     total_bytes,
     wrap_collections,
 )
+from tests.perf.report import write_section  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "bench-stored-bytes.png"
@@ -586,12 +587,7 @@ _COLLECTION_ORDER = ["checkpoints", "blobs", "writes"]
 
 def write_doc(path: Path, backend: str, section: str) -> None:
     """Replace the generated section of ``backend`` in ``path`` (append it if missing)."""
-    begin, end = f"<!-- {MARKER}:{backend}:begin -->", f"<!-- {MARKER}:{backend}:end -->"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if begin not in text:
-        text = f"{text.rstrip()}\n\n{begin}\n{end}\n"
-    head, rest = text.split(begin, 1)
-    path.write_text(f"{head}{begin}\n{section}\n{end}{rest.split(end, 1)[1]}")
+    write_section(path, f"{MARKER}:{backend}", section)
 
 
 def provenance() -> str:

@@ -50,6 +50,7 @@ from tests.perf.conversation import (  # noqa: E402
     make_saver,
     run_turn,
 )
+from tests.perf.report import write_section  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
 MARKER = "bench_delta_turns"
@@ -203,12 +204,7 @@ def report(
 
 def write_doc(path: Path, section: str) -> None:
     """Replace the generated section in ``path`` (append it if missing)."""
-    begin, end = f"<!-- {MARKER}:begin -->", f"<!-- {MARKER}:end -->"
-    text = path.read_text()
-    if begin not in text:
-        text = f"{text.rstrip()}\n\n{begin}\n{end}\n"
-    head, rest = text.split(begin, 1)
-    path.write_text(f"{head}{begin}\n{section}\n{end}{rest.split(end, 1)[1]}")
+    write_section(path, MARKER, section)
 
 
 def provenance() -> str:

@@ -63,10 +63,10 @@ from tests.perf.conversation import (  # noqa: E402
     make_saver,
     run_turn,
 )
+from tests.perf.report import write_section  # noqa: E402
 from tests.perf.servers import delayed, server_process  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench_latency:begin -->", "<!-- bench_latency:end -->"
 OFFICIAL_STORE = "langgraph-store-mongodb"
 WARM = 5  # turns left out of a conversation's figures
 CONVERSATIONS = (1, 8, 32)
@@ -280,9 +280,7 @@ def main() -> None:
         text = "\n\n".join(run(server, rtt, args.turns, args.repeat) for rtt in args.rtt)
     print(text)
     if args.write:
-        doc = DOC.read_text()
-        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-        DOC.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+        write_section(DOC, "bench_latency", text)
 
 
 if __name__ == "__main__":

@@ -79,18 +79,11 @@ from mongo_ckpt.calls import CLIENT  # noqa: E402
 from mongo_ckpt.store import MongoDBStore, documents, registry  # noqa: E402
 from tests import backends as test_backends  # noqa: E402
 from tests.backends import CountingCollection, stop_wire, wire_uri  # noqa: E402
+from tests.perf.report import write_section  # noqa: E402
 from tests.perf.servers import server_process  # noqa: E402
 from tests.store_support import DIMS, FakeEmbeddings  # noqa: E402
 
 DOC = REPO / "docs" / "store.md"
-BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
-SCALE_BEGIN, SCALE_END = "<!-- bench_store_scale:begin -->", "<!-- bench_store_scale:end -->"
-SHAPES_BEGIN, SHAPES_END = "<!-- bench_store_shapes:begin -->", "<!-- bench_store_shapes:end -->"
-REGISTRY_BEGIN = "<!-- bench_store_registry:begin -->"
-REGISTRY_END = "<!-- bench_store_registry:end -->"
-VECTOR_BEGIN, VECTOR_END = "<!-- bench_store_vectors:begin -->", "<!-- bench_store_vectors:end -->"
-INDEXES_BEGIN = "<!-- bench_store_indexes:begin -->"
-INDEXES_END = "<!-- bench_store_indexes:end -->"
 PER_USER = 100  # memories per user namespace in the scaled benchmark
 INGEST_BATCH = 1000
 OFFICIAL = f"langgraph-store-mongodb {version('langgraph-store-mongodb')}"
@@ -254,13 +247,6 @@ def table(rows: list[Row]) -> str:
             f"| {r.backend} | {r.scenario} | {r.store} | {r.calls} | {commands} | {r.ms:.2f} |"
         )
     return "\n".join(lines)
-
-
-def write(text: str, begin: str = BEGIN, end: str = END) -> None:
-    doc = DOC.read_text()
-    head, _, rest = doc.partition(begin)
-    _, _, tail = rest.partition(end)
-    DOC.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 # -- scaled: single operations on a store of 1k / 10k / 50k items -------------------
@@ -653,17 +639,13 @@ def main() -> None:
     # would be counted against the store that has one (MongoDB walks the TTL index instead).
     test_backends.wire_ttl_sweep_seconds = 60.0
     sizes = [int(n) for n in (args.ingest_indexes or args.vector_memory or "0").split(",")]
-    tables: list[tuple[Any, Callable[[], str], tuple[str, str]]] = [
-        (args.put_shapes, lambda: put_shapes(args.repeat), (SHAPES_BEGIN, SHAPES_END)),
-        (
-            args.registry_writes,
-            lambda: registry_writes(args.repeat),
-            (REGISTRY_BEGIN, REGISTRY_END),
-        ),
-        (args.ingest_indexes, lambda: ingest_by_indexes(sizes), (INDEXES_BEGIN, INDEXES_END)),
-        (args.vector_memory, lambda: vector_memory(sizes, [10, 100]), (VECTOR_BEGIN, VECTOR_END)),
+    tables: list[tuple[Any, Callable[[], str], str]] = [
+        (args.put_shapes, lambda: put_shapes(args.repeat), "bench_store_shapes"),
+        (args.registry_writes, lambda: registry_writes(args.repeat), "bench_store_registry"),
+        (args.ingest_indexes, lambda: ingest_by_indexes(sizes), "bench_store_indexes"),
+        (args.vector_memory, lambda: vector_memory(sizes, [10, 100]), "bench_store_vectors"),
     ]
-    for asked, make_table, markers in tables:
+    for asked, make_table, marker in tables:
         if asked:
             try:
                 text = make_table()
@@ -671,7 +653,7 @@ def main() -> None:
                 stop_wire()
             print(text)
             if args.write:
-                write(text, *markers)
+                write_section(DOC, marker, text)
             return
     backends = ["mock", "wire"] if args.backend == "both" else [args.backend]
     if args.scale:
@@ -688,7 +670,7 @@ def main() -> None:
         text = scale_table(scaled)
         print(text)
         if args.write:
-            write(text, SCALE_BEGIN, SCALE_END)
+            write_section(DOC, "bench_store_scale", text)
         return
     rows: list[Row] = []
     try:
@@ -701,7 +683,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     if args.write:
-        write(text)
+        write_section(DOC, "bench_store", text)
 
 
 if __name__ == "__main__":
