@@ -72,12 +72,16 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         list_deltas: bool = True,
         tracing: Tracing | None = None,
         client_bulk_write: bool | None = None,
+        ttl_strategy: str = "delete",
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
         db_name, checkpoint_collection_name, writes_collection_name: where data lives.
         ttl: seconds of inactivity after which a whole thread expires (see sweep_expired),
             at most ``MAX_TTL_SECONDS`` (100 years).
+        ttl_strategy: what expiry does to a thread: ``"delete"`` (default) deletes it whole;
+            ``"keep_latest"`` prunes it to each namespace's latest checkpoint (as
+            ``prune``), so the conversation can go on where it stopped.
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
@@ -119,7 +123,8 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 f"ttl must be at most {MAX_TTL_SECONDS} seconds (100 years), got {ttl!r}; "
                 "pass ttl=None for threads that never expire"
             )
-        self.ttl = ttl
+        maintenance.check_sweep_strategy(ttl_strategy)
+        self.ttl, self.ttl_strategy = ttl, ttl_strategy
         self.sweep_interval = sweep_interval if sweep_interval is not None else min(ttl or 0, 3600)
         self._next_sweep = 0.0
         if filterable_metadata_keys is not None:
@@ -163,6 +168,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         list_deltas: bool = True,
         tracing: Tracing | None = None,
         client_bulk_write: bool | None = None,
+        ttl_strategy: str = "delete",
         client_kwargs: dict[str, Any] | None = None,
         timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
     ) -> Owned[Self]:
@@ -181,6 +187,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 filterable_metadata_keys=filterable_metadata_keys,
                 sweep_interval=sweep_interval, write_concern=write_concern,
                 list_deltas=list_deltas, tracing=tracing, client_bulk_write=client_bulk_write,
+                ttl_strategy=ttl_strategy,
             ),
         )
 
@@ -245,8 +252,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         errors never reach a user's call)."""
         if self.ttl is not None and time.monotonic() >= self._next_sweep:
             self._next_sweep = time.monotonic() + self.sweep_interval
-            sweep = maintenance.sweep_expired(self.memory.forget, self.ttl)
-            self._start_background(sweep, "sweep of expired threads", SpanInfo("sweep_expired"))
+            self._start_background(
+                self._sweep(), "sweep of expired threads", SpanInfo("sweep_expired")
+            )
 
     def _setup_once(self) -> Operation[None]:
         """The layout version check (with indexes on new collections), unless done
@@ -257,13 +265,14 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             yield from self.ops.setup(self.db.name)
             self._is_setup = True
 
-    def _require_ttl(self) -> float:
+    def _sweep(self) -> Operation[builtins.list[str]]:
+        """The sweep of expired threads; ``ValueError`` without a ``ttl``."""
         if self.ttl is None:
             raise ValueError(
                 "sweep_expired needs a ttl: create the saver with ttl=<seconds of inactivity "
                 "after which a whole thread expires>"
             )
-        return self.ttl
+        return maintenance.sweep_expired(self.memory.forget, self.ttl, strategy=self.ttl_strategy)
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
@@ -387,12 +396,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         )
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
-        """Delete every thread idle for longer than ``ttl`` seconds (by the server's clock),
-        in batches; return their ids."""
-        return self._run(
-            maintenance.sweep_expired(self.memory.forget, self._require_ttl()),
-            SpanInfo("sweep_expired"),
-        )
+        """Expire every thread idle for longer than ``ttl`` seconds (by the server's clock),
+        in batches, as ``ttl_strategy`` says; return their ids."""
+        return self._run(self._sweep(), SpanInfo("sweep_expired"))
 
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
@@ -498,8 +504,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
-        sweep = maintenance.sweep_expired(self.memory.forget, self._require_ttl())
-        return await self._arun(sweep, SpanInfo("sweep_expired"))
+        return await self._arun(self._sweep(), SpanInfo("sweep_expired"))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""

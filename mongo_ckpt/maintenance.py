@@ -95,6 +95,7 @@ TOMBSTONE_LEASE = timedelta(minutes=10)
 STRAY_AGE = timedelta(hours=1)
 SWEEP_BATCH = 500  # threads per round of the retention sweep: no command carries every id
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+SWEEP_STRATEGIES = ("delete", "keep_latest")  # what the sweep does to an expired thread
 # Set on the writes and values of checkpoints being deleted, before the checkpoints go:
 # once no checkpoint names them, the mark is how any later maintenance finds them.
 MARK, UNMARK = {"$set": {DOOMED: True}}, {"$unset": {DOOMED: ""}}
@@ -403,34 +404,69 @@ def delete_threads(forget: Forget, thread_ids: Sequence[str]) -> Operation[Delet
     return deleted
 
 
-def sweep_expired(forget: Forget, ttl: float, batch: int = SWEEP_BATCH) -> Operation[list[str]]:
-    """Delete every thread idle for longer than ``ttl`` seconds by the server's clock,
-    ``batch`` threads at a time; return their ids."""
+def sweep_expired(
+    forget: Forget, ttl: float, batch: int = SWEEP_BATCH, strategy: str = "delete"
+) -> Operation[list[str]]:
+    """Expire every thread idle for longer than ``ttl`` seconds by the server's clock,
+    ``batch`` threads at a time: delete it whole (``"delete"``), or prune it to each
+    namespace's latest checkpoint (``"keep_latest"``, as ``prune``); return their ids."""
+    check_sweep_strategy(strategy)
     now = yield from server_now()
     cutoff = now - timedelta(seconds=ttl)
-    docs = yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff))
-    deleted = yield from delete_idle(forget, sorted(doc["_id"] for doc in docs), cutoff, batch)
+    pipeline = inactive_threads_pipeline(cutoff, several=strategy == "keep_latest")
+    docs = yield from aggregate(CHECKPOINTS, pipeline)
+    ids = sorted(doc["_id"] for doc in docs)
+    deleted = yield from delete_idle(forget, ids, cutoff, batch, strategy)
     return deleted.threads
 
 
+def check_sweep_strategy(strategy: str) -> None:
+    """``ValueError`` unless ``strategy`` is one of ``SWEEP_STRATEGIES``."""
+    if strategy not in SWEEP_STRATEGIES:
+        raise ValueError(
+            f"ttl_strategy must be one of {SWEEP_STRATEGIES} (what expiry does to an idle "
+            f"thread), got {strategy!r}"
+        )
+
+
 def delete_idle(
-    forget: Forget, thread_ids: Sequence[str], cutoff: datetime, batch: int = SWEEP_BATCH
+    forget: Forget,
+    thread_ids: Sequence[str],
+    cutoff: datetime,
+    batch: int = SWEEP_BATCH,
+    strategy: str = "delete",
 ) -> Operation[Deleted]:
-    """Delete the threads of ``thread_ids`` that have no checkpoint stored since
-    ``cutoff`` (a time of the server's clock), ``batch`` threads at a time.
+    """Expire (``sweep_expired``'s ``strategy``) the threads of ``thread_ids`` that have no
+    checkpoint stored since ``cutoff`` (a time of the server's clock), ``batch`` threads at
+    a time.
 
     The ids may have been chosen long before (a confirmation prompt in between): each
     thread is judged again, after its tombstones, so a thread that became active is
     spared.
     """
+    check_sweep_strategy(strategy)
     ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
     deleted = Deleted()
     for start in range(0, len(ids), batch):
-        yield from _expire(forget, ids[start : start + batch], cutoff, deleted)
+        chosen = ids[start : start + batch]
+        if strategy == "keep_latest":
+            yield from _prune_idle(forget, chosen, cutoff, deleted)
+        else:
+            yield from _expire(forget, chosen, cutoff, deleted)
     if not ids:  # it finishes a sweep (or prune) cut after its delete
         now = yield from server_now()
         yield from _delete_unneeded([], now, deleted)
     return deleted
+
+
+def _spare_active(cutoff: datetime) -> Spare:
+    """Spare every checkpoint of the threads with one stored since ``cutoff``."""
+
+    def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+        recent = _active_threads(stored, cutoff)
+        return {k for k in gone if k[0] in recent}
+
+    return active
 
 
 def _expire(
@@ -444,17 +480,36 @@ def _expire(
     on the thread id) is not one this call tombstoned, so it stays.
     """
     now = yield from server_now()
-
-    def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
-        recent = _active_threads(stored, cutoff)
-        return {k for k in gone if k[0] in recent}
-
-    stored = yield from _delete_tombstoned(thread_ids, None, active, now, deleted)
+    stored = yield from _delete_tombstoned(thread_ids, None, _spare_active(cutoff), now, deleted)
     recent = _active_threads(stored, cutoff)
     expired = [t for t in thread_ids if t not in recent]
     forget(expired)
     deleted.threads.extend(expired)
     yield from _delete_unneeded(expired, now, deleted)
+
+
+def _prune_idle(
+    forget: Forget, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
+) -> Operation[None]:
+    """Prune those of ``thread_ids`` idle since ``cutoff`` to their latest checkpoints (and
+    the ancestors those replay DeltaChannels from), as ``prune``; the ones it pruned go into
+    ``deleted.threads``. A thread with a checkpoint stored since the cutoff, found at the
+    look after the tombstones, is spared whole, as by ``_expire``."""
+    forget(thread_ids)
+    _, doomed = yield from prune_plan(thread_ids)
+    planned = {key_of(s) for s in doomed}
+    if not planned:
+        return
+    active = _spare_active(cutoff)
+
+    def spare(stored: Sequence[Document], gone: set[Key]) -> set[Key]:
+        return active(stored, gone) | _needed_by_survivors(stored, gone)
+
+    now = yield from server_now()
+    stored = yield from _delete_tombstoned(thread_ids, planned, spare, now, deleted)
+    recent = _active_threads(stored, cutoff)
+    deleted.threads.extend(sorted({k[0] for k in planned if k[0] not in recent}))
+    yield from _delete_unneeded(thread_ids, now, deleted)
 
 
 def _lease_renewed(doomed: set[Key]) -> Operation[bool]:
@@ -483,11 +538,7 @@ def _delete_checkpoints(
     now = yield from server_now()
     deleted = Deleted()
     if planned:
-
-        def needed(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
-            return gone & needed_ancestors(stored, [s for s in stored if key_of(s) not in gone])
-
-        yield from _delete_tombstoned(thread_ids, planned, needed, now, deleted)
+        yield from _delete_tombstoned(thread_ids, planned, _needed_by_survivors, now, deleted)
     yield from _delete_unneeded(thread_ids, now, deleted)
 
 
@@ -605,6 +656,11 @@ def _unmark_confirmed(stillborn: Sequence[Mapping[str, Any]]) -> Operation[None]
     confirmed = [d for d in found if not d.get(PENDING)]
     if confirmed:
         yield from update_many(BLOBS, blob_keys_query(needed_values(confirmed)), UNMARK)
+
+
+def _needed_by_survivors(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
+    """Spare the checkpoints of ``gone`` a survivor rebuilds DeltaChannels from (``Spare``)."""
+    return gone & needed_ancestors(stored, [s for s in stored if key_of(s) not in gone])
 
 
 def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:

@@ -370,12 +370,12 @@ class CheckpointOperations(WriteOperations, CopyOperations):
     def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:
         return maintenance.delete_threads(self.memory.forget, thread_ids)
 
-    def delete_idle(self, thread_ids: Sequence[str], cutoff: datetime) -> Operation[Deleted]:
-        return maintenance.delete_idle(self.memory.forget, thread_ids, cutoff)
+    def delete_idle(
+        self, thread_ids: Sequence[str], cutoff: datetime, strategy: str = "delete"
+    ) -> Operation[Deleted]:
+        return maintenance.delete_idle(self.memory.forget, thread_ids, cutoff, strategy=strategy)
 
     def prune_plan(
         self, thread_ids: Sequence[str]
     ) -> Operation[tuple[builtins.list[Document], builtins.list[Document]]]:
         return maintenance.prune_plan(thread_ids)
-
-

@@ -266,13 +266,14 @@ def keys_query(keys: Iterable[Key]) -> dict[str, Any]:
     return clauses[0] if len(clauses) == 1 else {"$or": clauses}
 
 
-def inactive_threads_pipeline(cutoff: datetime) -> list[dict[str, Any]]:
-    """Threads whose newest checkpoint was written before ``cutoff`` (``{"_id": thread_id}``)."""
+def inactive_threads_pipeline(cutoff: datetime, several: bool = False) -> list[dict[str, Any]]:
+    """Threads whose newest checkpoint was written before ``cutoff`` (``{"_id": thread_id}``);
+    with ``several``, only those with more than one checkpoint (what a prune may delete)."""
     return [
         # Same direction on both fields, so the (thread_id, created_at) index serves the sort.
         {"$sort": {"thread_id": 1, "created_at": 1}},
-        {"$group": {"_id": "$thread_id", "last": {"$last": "$created_at"}}},
-        {"$match": {"last": {"$lt": cutoff}}},
+        {"$group": {"_id": "$thread_id", "last": {"$last": "$created_at"}, "n": {"$sum": 1}}},
+        {"$match": {"last": {"$lt": cutoff}, **({"n": {"$gt": 1}} if several else {})}},
     ]
 
 

@@ -34,7 +34,15 @@ from tests.faults import Fault, Faults
 from tests.saver_support import Api, assert_no_orphans
 
 CHUNK = 32  # tests set payload.CHUNK_SIZE to this: every value below is in 3 parts
-OPERATIONS = ["put", "put_writes", "copy_thread", "prune", "delete_for_runs", "sweep_expired"]
+OPERATIONS = [
+    "put",
+    "put_writes",
+    "copy_thread",
+    "prune",
+    "delete_for_runs",
+    "sweep_expired",
+    "sweep_keep_latest",
+]
 WRITING = ("put", "put_writes")  # retried with the same value and with another one
 _ids = itertools.count()
 
@@ -135,22 +143,24 @@ async def scenario(world: World, name: str, other_value: bool) -> Scenario:
     if name == "prune":
         prune = lambda: api.prune([thread], strategy="keep_latest")  # noqa: E731
         return Scenario(thread, prune, prune, 1, thread)
-    if name == "sweep_expired":
+    if name.startswith("sweep"):
         await maybe_await(
             api.raw(CHECKPOINTS).update_many(
                 {"thread_id": thread}, {"$set": {"created_at": datetime(2000, 1, 1)}}
             )
         )
-        return Scenario(thread, lambda: sweep(api), lambda: sweep(api), 0, thread)
+        strategy = "keep_latest" if name == "sweep_keep_latest" else "delete"
+        expire = lambda: sweep(api, strategy)  # noqa: E731
+        return Scenario(thread, expire, expire, int(strategy == "keep_latest"), thread)
     delete = lambda: api.delete_for_runs([f"doomed-{thread}"])  # noqa: E731
     return Scenario(thread, delete, delete, 1, thread)
 
 
-async def sweep(api: Api) -> Any:
+async def sweep(api: Api, strategy: str) -> Any:
     """The retention sweep with a one-day ``ttl``, on the harness's saver (created without
     one, so no automatic sweep runs in the other scenarios)."""
     operation = maintenance.sweep_expired(
-        api.saver.memory.forget, timedelta(days=1).total_seconds()
+        api.saver.memory.forget, timedelta(days=1).total_seconds(), strategy=strategy
     )
     return await maybe_await(
         api.saver._arun(operation) if api.is_async else api.saver._run(operation)

@@ -11,6 +11,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any
 
@@ -153,6 +154,12 @@ class Api(AwaitableMethods):
 
     async def count(self, logical: str, query: dict[str, Any] | None = None) -> int:
         return await maybe_await(self.raw(logical).count_documents(query or {}))
+
+    async def age(self, thread_id: str, seconds: float) -> None:
+        """Make every checkpoint of the thread ``seconds`` old (its ``created_at``)."""
+        moment = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+        update = {"$set": {"created_at": moment}}
+        await maybe_await(self.raw(CHECKPOINTS).update_many({"thread_id": thread_id}, update))
 
     async def counts(self) -> dict[str, int]:
         return {logical: await self.count(logical) for logical in LOGICAL}

@@ -27,6 +27,9 @@ MAINTENANCE: dict[str, Callable[[Any], Operation[Any]]] = {
     "prune": lambda forget: maintenance.prune(forget, ["t"], "keep_latest"),
     "delete_for_runs": lambda forget: maintenance.delete_for_runs(forget, ["old"]),
     "sweep": lambda forget: maintenance.sweep_expired(forget, 1e-6),
+    "sweep_keep_latest": lambda forget: maintenance.sweep_expired(
+        forget, 1e-6, strategy="keep_latest"
+    ),
 }
 
 

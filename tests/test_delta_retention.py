@@ -8,14 +8,12 @@ run must not lose a single document.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from mongo_ckpt import MongoDBSaver
 from mongo_ckpt.base import MongoSaverBase
-from tests.backends import maybe_await
 from tests.delta_graphs import CHANNEL, Shape, Step, builder, documents, play
 from tests.graphs import thread
 from tests.saver_support import Api
@@ -25,16 +23,6 @@ TTL = 3600.0
 SHAPE = Shape(snapshot_frequency=3, writers=2, subgraph=True, durability="async")
 RUN = [Step("invoke", 0), Step("invoke", 1)]
 SMALL = Shape(snapshot_frequency=3, writers=1, subgraph=False, durability="async")
-
-
-async def age(saver: MongoSaverBase, thread_id: str) -> None:
-    """Make every checkpoint of the thread twice ``TTL`` old."""
-    old = datetime.now(timezone.utc) - timedelta(seconds=2 * TTL)
-    await maybe_await(
-        saver.collections["checkpoints"].update_many(
-            {"thread_id": thread_id}, {"$set": {"created_at": old}}
-        )
-    )
 
 
 async def counts(saver: MongoSaverBase, thread_id: str) -> dict[str, int]:
@@ -49,8 +37,8 @@ async def test_sweep_expired(api: Api) -> None:
     for thread_id in ("idle", "active", "fresh"):
         await play(api, graph, SHAPE, RUN, thread_id)
     assert await api.join_sweep(timeout=60)  # the first put's sweep, done before the ageing
-    await age(api.saver, "idle")
-    await age(api.saver, "active")
+    await api.age("idle", 2 * TTL)
+    await api.age("active", 2 * TTL)
     # One recent run on an old thread makes it active again.
     await play(api, graph, SHAPE, [Step("invoke", 2)], "active")
     kept = {t: await documents(api.saver, t) for t in ("active", "fresh")}
@@ -74,7 +62,7 @@ async def test_automatic_sweep(api: Api) -> None:
     # The sweeps these puts started, done before "idle" ages: not one that would find it.
     assert await api.join_sweep(timeout=60)
     fresh = await documents(api.saver, "fresh")
-    await age(api.saver, "idle")
+    await api.age("idle", 2 * TTL)
     idle = await documents(api.saver, "idle")
     await asyncio.sleep(0.1)
 
@@ -93,7 +81,7 @@ async def test_automatic_sweep(api: Api) -> None:
 async def test_sweep_needs_ttl(api: Api) -> None:
     graph = api.compile(builder(SMALL, delta=True))
     await play(api, graph, SMALL, RUN[:1], "idle")
-    await age(api.saver, "idle")
+    await api.age("idle", 2 * TTL)
     before = await documents(api.saver, "idle")
     with pytest.raises(ValueError, match="ttl=<seconds"):
         await api.sweep_expired()

@@ -100,7 +100,7 @@ async def test_a_put_costs_its_own_round_trips_while_100_threads_expire(api: Api
 async def test_a_failing_sweep_never_fails_the_put(
     api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def failing(forget: maintenance.Forget, ttl: float) -> Operation[list[str]]:
+    def failing(*args: Any, **kwargs: Any) -> Operation[list[str]]:
         raise RuntimeError("the sweep broke on another thread")
         yield  # an operation
 
