@@ -28,11 +28,11 @@ sweeper runs while the context is open. Variables (see docs/platform.md):
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base import IndexConfig
 
 from mongo_ckpt.aio import AsyncMongoDBSaver
 from mongo_ckpt.connection import DEFAULT_DB_NAME
@@ -101,9 +101,7 @@ def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
         if env.get(VARIABLES[logical]):
             kwargs[arg] = env[VARIABLES[logical]]
     ttl = _number(env, "MONGO_CKPT_TTL_SECONDS")
-    if ttl is not None:
-        kwargs["ttl"] = ttl
-    return kwargs
+    return kwargs if ttl is None else {**kwargs, "ttl": ttl}
 
 
 def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
@@ -115,13 +113,11 @@ def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
         "db_name": env.get("MONGO_CKPT_DB") or DEFAULT_DB_NAME,
         "collection_name": collection,
     }
-    ttl: TTLConfig = {}
-    default_ttl = _number(env, "MONGO_CKPT_STORE_TTL_MINUTES")
-    if default_ttl is not None:
-        ttl["default_ttl"] = default_ttl
-    sweep = _number(env, "MONGO_CKPT_STORE_SWEEP_MINUTES")
-    if sweep is not None:
-        ttl["sweep_interval_minutes"] = sweep  # type: ignore[typeddict-item]
+    numbers = {
+        "default_ttl": _number(env, "MONGO_CKPT_STORE_TTL_MINUTES"),
+        "sweep_interval_minutes": _number(env, "MONGO_CKPT_STORE_SWEEP_MINUTES"),
+    }
+    ttl: dict[str, Any] = {arg: value for arg, value in numbers.items() if value is not None}
     refresh = env.get("MONGO_CKPT_STORE_REFRESH_ON_READ")
     if refresh:
         if refresh.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -149,24 +145,21 @@ def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _checkpointer() -> AsyncIterator[AsyncMongoDBSaver]:
-    kwargs = saver_kwargs(os.environ)
-    async with AsyncMongoDBSaver.from_conn_string(
-        _uri(os.environ), kwargs.pop("db_name"), **kwargs
-    ) as saver:
-        await saver.setup()
-        yield saver
+async def _opened(
+    kind: Any, kwargs_from: Callable[[Mapping[str, str]], dict[str, Any]]
+) -> AsyncIterator[Any]:
+    """A ``kind`` (saver or store class) on the environment's server, set up."""
+    kwargs = kwargs_from(os.environ)
+    async with kind.from_conn_string(_uri(os.environ), kwargs.pop("db_name"), **kwargs) as opened:
+        await opened.setup()
+        yield opened
 
 
 @asynccontextmanager
 async def _store() -> AsyncIterator[Any]:
     from mongo_ckpt.store import AsyncMongoDBStore
 
-    kwargs = store_kwargs(os.environ)
-    async with AsyncMongoDBStore.from_conn_string(
-        _uri(os.environ), kwargs.pop("db_name"), **kwargs
-    ) as store:
-        await store.setup()
+    async with _opened(AsyncMongoDBStore, store_kwargs) as store:
         if store.ttl_config:
             await store.start_ttl_sweeper()
         try:
@@ -177,7 +170,7 @@ async def _store() -> AsyncIterator[Any]:
 
 def checkpointer() -> Any:
     """An async context manager of an ``AsyncMongoDBSaver`` configured from the environment."""
-    return _checkpointer()
+    return _opened(AsyncMongoDBSaver, saver_kwargs)
 
 
 def store() -> Any:
