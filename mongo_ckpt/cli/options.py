@@ -36,6 +36,11 @@ OPTIONS = {CHECKPOINTS: "--checkpoints", BLOBS: "--blobs", WRITES: "--writes"}
 DATABASE_FORBIDDEN = '/\\. "$\x00'
 DATABASE_MAX_BYTES = 63
 COLLECTION_FORBIDDEN = "$\x00"
+COLLECTION_HELP = {
+    CHECKPOINTS: "Checkpoints collection.",
+    BLOBS: "Channel values collection.",
+    WRITES: "Pending writes.",
+}
 
 
 def database_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -94,7 +99,7 @@ class Target:
 def target_options(command: F) -> F:
     """Add ``--uri``, ``--db``, the three collection names and ``--json`` to ``command``;
     it receives them as one ``target: Target`` argument."""
-    defaults = Layout()
+    defaults = Layout().by_logical()
     options = [
         click.option(
             "--uri",
@@ -109,27 +114,15 @@ def target_options(command: F) -> F:
             callback=database_name,
             help="Database.",
         ),
-        click.option(
-            "--checkpoints",
-            "checkpoints",
-            default=defaults.checkpoints,
-            show_default=True,
-            callback=collection_name,
-            help="Checkpoints collection.",
-        ),
-        click.option(
-            "--blobs",
-            default=defaults.blobs,
-            show_default=True,
-            callback=collection_name,
-            help="Channel values collection.",
-        ),
-        click.option(
-            "--writes",
-            default=defaults.writes,
-            show_default=True,
-            callback=collection_name,
-            help="Pending writes.",
+        *(
+            click.option(
+                option,
+                default=defaults[logical],
+                show_default=True,
+                callback=collection_name,
+                help=COLLECTION_HELP[logical],
+            )
+            for logical, option in OPTIONS.items()
         ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output."),
     ]
@@ -206,8 +199,7 @@ def _explained(uri: str | None) -> Iterator[None]:
     except ValueError as exc:
         if str(exc) == "MAC check failed":  # pycryptodome: not the key the data was written with
             raise click.ClickException(
-                "the data cannot be decrypted: LANGGRAPH_AES_KEY is not the key it was written "
-                "with"
+                "the data cannot be decrypted: LANGGRAPH_AES_KEY is not the key it was written with"
             ) from None
         raise
 
@@ -254,7 +246,9 @@ def require_data(client: Any, target: Target, hint: str = "") -> None:
     if not holds_data(client, target.db, target.layout):
         found = databases_with_data(client)
         raise NothingMatched(
-            no_data_message(target.db, target.layout, found) + hint, target.db, target.json,
+            no_data_message(target.db, target.layout, found) + hint,
+            target.db,
+            target.json,
             {"databases_with_data": found},
         )
 
