@@ -3,14 +3,10 @@ the current layout (library side: ``mongo_ckpt.migration`` and ``saver.setup``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -31,6 +27,7 @@ from mongo_ckpt.cli.output import (
     NothingMatched,
     console,
     emit_json,
+    timed,
 )
 from mongo_ckpt.cli.store_migrate import migrate_store
 from mongo_ckpt.connection import DEFAULT_DB_NAME
@@ -47,35 +44,15 @@ from mongo_ckpt.schema import read_version, saver_key, store_key
 from mongo_ckpt.store import MongoDBStore
 
 SHOWN_MISMATCHES = 20
+UNIT = "checkpoints, {task.fields[threads]} threads"
 # Exit statuses besides 0 (and 2 for a usage error): output.py's ERROR and NOTHING_MATCHED.
 MISMATCHES_FOUND, THREADS_SKIPPED = ERROR, NOTHING_MATCHED
 
 
-@contextmanager
-def _bar(label: str, quiet: bool) -> Iterator[Any]:
-    """A rich progress bar on stderr, counted in source checkpoints; yields the callback."""
-    if quiet:
-        yield None
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("checkpoints, {task.fields[threads]} threads"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(label, total=None, threads=0)
-
-        def update(counts: Counts) -> None:
-            bar.update(
-                task,
-                total=counts.total_checkpoints,
-                completed=counts.checkpoints + counts.skipped_checkpoints,
-                threads=counts.threads,
-            )
-
-        yield update
+def _counted(counts: Counts) -> dict[str, Any]:
+    """The progress bar's position: source checkpoints done or skipped, of all; threads."""
+    done = counts.checkpoints + counts.skipped_checkpoints
+    return {"total": counts.total_checkpoints, "completed": done, "threads": counts.threads}
 
 
 def _source_collections(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str]:
@@ -183,31 +160,31 @@ def migrate(
         raise click.UsageError("say what to migrate from: --from-official or --from-official-store")
     source = Source(source_db, *source_collections)
     report: dict[str, Any] = {"source": vars(source), "target": {"db": target.db}}
+    bar = partial(timed, shown=not target.json, unit=UNIT, counted=_counted, threads=0)
     with open_client(target) as client:
         saver = saver_on(client, target)
-        started = time.perf_counter()
         try:
-            with _bar("migrating", target.json) as progress:
-                done = migrate_from_official(
-                    saver, source, batch=batch, restart=restart, progress=progress
-                )
+            done, seconds = bar(
+                "migrating",
+                partial(migrate_from_official, saver, source, batch=batch, restart=restart),
+            )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
         report["migrated"] = {
             "threads": done.threads,
             "checkpoints": done.checkpoints,
             "writes": done.writes,
-            "seconds": round(time.perf_counter() - started, 2),
+            "seconds": seconds,
             "skipped": [vars(skip) for skip in done.skipped],
         }
         if verify:
-            started = time.perf_counter()
-            with _bar("verifying", target.json) as progress:
-                checked = verify_migration(saver, source, batch=batch, progress=progress)
+            checked, seconds = bar(
+                "verifying", partial(verify_migration, saver, source, batch=batch)
+            )
             report["verified"] = {
                 "threads": checked.threads,
                 "checkpoints": checked.checkpoints,
-                "seconds": round(time.perf_counter() - started, 2),
+                "seconds": seconds,
                 "mismatches": [vars(m) for m in checked.mismatches],
                 "skipped": [vars(skip) for skip in checked.skipped],
             }
@@ -299,49 +276,38 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
 )
 @target_options
 def upgrade(target: Target, store_collection: str | None, new_database: bool) -> int:
-    """Run ``saver.upgrade()`` (or ``store.upgrade()``) and report the versions."""
-    if store_collection is not None:
-        return _upgrade_store(target, store_collection)
-    key = saver_key(target.layout.checkpoints)
-    with open_client(target) as client:
-        if not new_database:
-            require_data(client, target, f" (or --new-database to set {target.db!r} up)")
-        before = read_version(client[target.db], key)
-        try:
-            saver_on(client, target).upgrade()
-        except MongoCkptError as exc:  # a pre-release or newer layout, the official one
-            raise click.ClickException(str(exc)) from None
-        after = read_version(client[target.db], key)
-    if target.json:
-        emit_json(target.db, {"before": before, "after": after})
+    """Run ``saver.upgrade()`` (or ``store.upgrade()`` on ``store_collection``, which must
+    hold a store's data) and report the versions."""
+    if store_collection is None:
+        key, where, named = saver_key(target.layout.checkpoints), target.db, {}
     else:
-        was = "unversioned" if before is None else f"version {before}"
-        click.echo(f"{target.db}: layout {was} -> version {after}")
-    return 0
-
-
-def _upgrade_store(target: Target, collection: str) -> int:
-    """``store.upgrade()`` on ``collection``, which must hold a store's data."""
-    key = store_key(collection)
+        key, where = store_key(store_collection), f"{target.db}.{store_collection}"
+        named = {"collection": store_collection}
     with open_client(target) as client:
         db = client[target.db]
+        if store_collection is None and not new_database:
+            require_data(client, target, f" (or --new-database to set {target.db!r} up)")
         before = read_version(db, key)
-        if before is None and db[collection].find_one({}, {"_id": 1}) is None:
+        if store_collection is None:
+            upgradable: Any = partial(saver_on, client, target)
+        elif before is None and db[store_collection].find_one({}, {"_id": 1}) is None:
             raise NothingMatched(
-                f"database {target.db!r} has no store collection {collection!r}: nothing to "
-                "upgrade (a new store records the current layout version when it is set up)",
+                f"database {target.db!r} has no store collection {store_collection!r}: nothing "
+                "to upgrade (a new store records the current layout version when it is set up)",
                 target.db,
                 target.json,
-                {"collection": collection},
+                named,
             )
+        else:
+            upgradable = partial(MongoDBStore, client, target.db, collection_name=store_collection)
         try:
-            MongoDBStore(client, target.db, collection_name=collection).upgrade()
-        except MongoCkptError as exc:  # another layout, a newer one, a reserved name
+            upgradable().upgrade()
+        except MongoCkptError as exc:  # a pre-release, newer or official layout, a reserved name
             raise click.ClickException(str(exc)) from None
         after = read_version(db, key)
     if target.json:
-        emit_json(target.db, {"collection": collection, "before": before, "after": after})
+        emit_json(target.db, {**named, "before": before, "after": after})
     else:
         was = "unversioned" if before is None else f"version {before}"
-        click.echo(f"{target.db}.{collection}: layout {was} -> version {after}")
+        click.echo(f"{where}: layout {was} -> version {after}")
     return 0

@@ -15,14 +15,16 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import click
 from rich import box
 from rich.console import Console
 from rich.filesize import decimal
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -34,6 +36,7 @@ from mongo_ckpt.snapshots import jsonable
 # in the database) or, for ``migrate``, threads were skipped.
 DONE, ERROR, USAGE, NOTHING_MATCHED = 0, 1, 2, 3
 STATUS_NAMES = {DONE: "done", ERROR: "error", USAGE: "usage", NOTHING_MATCHED: "nothing matched"}
+T = TypeVar("T")
 WIDTH_WHEN_PIPED = 150
 HEADING_WIDTH = 60
 
@@ -71,7 +74,11 @@ def console() -> Console:
     terminal = sys.stdout.isatty()
     width = None if terminal else max(shutil.get_terminal_size((0, 0)).columns, WIDTH_WHEN_PIPED)
     return SafeConsole(
-        file=sys.stdout, width=width, highlight=False, soft_wrap=not terminal, markup=False,
+        file=sys.stdout,
+        width=width,
+        highlight=False,
+        soft_wrap=not terminal,
+        markup=False,
         emoji=False,
     )
 
@@ -151,3 +158,33 @@ def heading(out: Console, text: str) -> None:
 def size(value: int) -> str:
     """Bytes for people: ``1.2 kB``."""
     return decimal(value)
+
+
+def timed(
+    label: str,
+    work: Callable[..., T],
+    *,
+    shown: bool,
+    unit: str,
+    counted: Callable[[Any], dict[str, Any]],
+    **fields: Any,
+) -> tuple[T, float]:
+    """``work(progress=...)``'s result and seconds. When ``shown``, ``progress`` moves a
+    progress bar on stderr (``label``, done of total ``unit``) by what ``counted`` reads
+    from the counts it gets (``Progress.update``'s arguments; ``fields``: their first
+    values); else it is ``None``."""
+    started = time.perf_counter()
+    if not shown:
+        result = work(progress=None)
+    else:
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True)) as bar:
+            task = bar.add_task(label, total=None, **fields)
+            result = work(progress=lambda counts: bar.update(task, **counted(counts)))
+    return result, round(time.perf_counter() - started, 2)

@@ -5,49 +5,22 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mongo_ckpt.cli.options import Target, open_client
-from mongo_ckpt.cli.output import NothingMatched
+from mongo_ckpt.cli.output import NothingMatched, timed
 from mongo_ckpt.schema import SCHEMA_COLLECTION
 from mongo_ckpt.store import MongoDBStore
 from mongo_ckpt.store.migration import (
-    StoreProgress,
     Vectors,
     migrate_official_store,
     official_store_collections,
     progress_key,
     verify_official_store,
 )
-
-
-@contextmanager
-def _bar(label: str, shown: bool) -> Iterator[Any]:
-    """A progress bar on stderr counted in source items, when it is a terminal."""
-    if not shown:
-        yield None
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("items"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(counts: StoreProgress) -> None:
-            bar.update(task, total=counts.total, completed=counts.items + counts.expired)
-
-        yield update
 
 
 def migrate_store(
@@ -66,7 +39,12 @@ def migrate_store(
     if (vector_field is None) != (vector_dims is None):
         raise click.UsageError("--vector-field and --vector-dims go together")
     vectors = Vectors(vector_field, vector_dims) if vector_field and vector_dims else None
-    shown = not target.json and sys.stderr.isatty()
+    bar = partial(
+        timed,
+        shown=not target.json and sys.stderr.isatty(),
+        unit="items",
+        counted=lambda counts: {"total": counts.total, "completed": counts.items + counts.expired},
+    )
     report: dict[str, Any] = {
         "source": {"db": source_db, "collection": source_collection},
         "target": {"db": target.db, "collection": store_collection},
@@ -92,27 +70,31 @@ def migrate_store(
                 {"source": report["source"], "official_store_collections": found},
             )
         store = MongoDBStore(client, target.db, collection_name=store_collection)
-        started = time.perf_counter()
         try:
-            with _bar("migrating", shown) as progress:
-                done = migrate_official_store(
-                    source, store, vectors=vectors, batch=batch, restart=restart, progress=progress
-                )
+            done, seconds = bar(
+                "migrating",
+                partial(
+                    migrate_official_store,
+                    source,
+                    store,
+                    vectors=vectors,
+                    batch=batch,
+                    restart=restart,
+                ),
+            )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
         report["migrated"] = {
             "items": done.items,
             "expired_skipped": done.expired,
             "vectors": done.vectors,
-            "seconds": round(time.perf_counter() - started, 2),
+            "seconds": seconds,
         }
         if verify:
-            started = time.perf_counter()
-            with _bar("verifying", shown) as progress:
-                checked = verify_official_store(source, store, progress=progress)
+            checked, seconds = bar("verifying", partial(verify_official_store, source, store))
             report["verified"] = {
                 "items": checked.items,
-                "seconds": round(time.perf_counter() - started, 2),
+                "seconds": seconds,
                 "mismatches": checked.mismatches,
             }
     if target.json:
