@@ -549,7 +549,11 @@ def verification(
 # -- the library functions ----------------------------------------------------------
 
 
-def _collections(saver: MongoDBSaver, source: Source) -> dict[str, Any]:
+def _collections(saver: MongoDBSaver, source: Source, batch: int) -> dict[str, Any]:
+    """The collections a run over ``source`` uses, once the arguments are checked and the
+    saver is set up (indexes and layout version; it refuses collections of official data)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive number of threads, got {batch!r}")
     if not isinstance(saver, MongoDBSaver):
         raise TypeError(
             f"migration runs on a MongoDBSaver (synchronous client), got {type(saver).__name__}"
@@ -569,16 +573,12 @@ def _collections(saver: MongoDBSaver, source: Source) -> dict[str, Any]:
             "langgraph-checkpoint-mongodb data to migrate; name the official saver's database "
             "(and its collections, if not the default ones)"
         )
+    saver.setup()
     return {
         **saver.collections,
         SOURCE_CHECKPOINTS: db[source.checkpoints],
         SOURCE_WRITES: db[source.writes],
     }
-
-
-def _check_batch(batch: int) -> None:
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive number of threads, got {batch!r}")
 
 
 def migrate_from_official(
@@ -599,9 +599,7 @@ def migrate_from_official(
     because one of their checkpoints cannot be converted, with the reason. A rerun tries
     them again.
     """
-    _check_batch(batch)
-    collections = _collections(saver, source)
-    saver.setup()  # indexes and layout version; refuses collections holding official data
+    collections = _collections(saver, source, batch)
     return run(collections, migration(saver.ops, source, batch, restart, progress))
 
 
@@ -615,7 +613,5 @@ def verify_migration(
     """Compare every thread of ``source`` with what ``saver`` reads back (ids, parents,
     metadata and pending writes of each checkpoint; the latest state per namespace).
     Threads the migration skipped are not compared: ``skipped`` lists them."""
-    _check_batch(batch)
-    collections = _collections(saver, source)
-    saver.setup()
+    collections = _collections(saver, source, batch)
     return run(collections, verification(saver.ops, source, batch, progress))
