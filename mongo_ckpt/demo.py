@@ -254,10 +254,14 @@ class Demo:
         self.say()
         self.say(f"== {text} ==")
 
-    async def turn(self, thread_id: str, text: str) -> dict[str, Any]:
+    async def turn(
+        self, thread_id: str, text: str, graph: Any = None, **configurable: str
+    ) -> dict[str, Any]:
         self.say(f"  user> {text}")
+        config = _thread(thread_id)
+        config["configurable"].update(configurable)
         state: DemoState = {"messages": [HumanMessage(text)]}
-        result: dict[str, Any] = await self.graph.ainvoke(state, _thread(thread_id))
+        result: dict[str, Any] = await (graph or self.graph).ainvoke(state, config)
         if not result.get("__interrupt__"):
             self.say(f"  assistant> {result['messages'][-1].content}")
         return result
@@ -327,9 +331,7 @@ class Demo:
             stored[logical] = docs = [doc async for doc in collection.find({})]
             size = sum(len(bson.encode(doc)) for doc in docs)
             self.say(f"  {collection.name:<20} {len(docs):>10} {size:>11}")
-        refs = sum(
-            not v.get("base") for doc in stored[CHECKPOINTS] for v in doc.get("values", ())
-        )
+        refs = sum(not v.get("base") for doc in stored[CHECKPOINTS] for v in doc.get("values", ()))
         self.say(
             f"  the {len(stored[CHECKPOINTS])} checkpoints refer to {refs} channel values, stored "
             f"as {len(stored[BLOBS])} documents:"
@@ -365,12 +367,7 @@ class Demo:
         for thread_id, texts in ((first, MEMORY_TURNS), (second, (QUESTION,))):
             self.say(f"  -- thread {thread_id!r}, user_id {USER_ID!r}:")
             for text in texts:
-                self.say(f"  user> {text}")
-                config = _thread(thread_id)
-                config["configurable"]["user_id"] = USER_ID
-                state: DemoState = {"messages": [HumanMessage(text)]}
-                result = await graph.ainvoke(state, config)
-                self.say(f"  assistant> {result['messages'][-1].content}")
+                await self.turn(thread_id, text, graph, user_id=USER_ID)
         self.say("  what the store holds (store.asearch(('users',))):")
         for item in await store.asearch(("users",)):
             self.say(f"    namespace={item.namespace} key={item.key!r} value={item.value}")
@@ -424,8 +421,7 @@ async def run_demo(uri: str | None, db_name: str, out: TextIO) -> None:
     try:
         print(backend, file=out)
         print(
-            f"The demo drops database {db_name!r} first and then fills it. "
-            f"Its source: {SOURCE}.",
+            f"The demo drops database {db_name!r} first and then fills it. Its source: {SOURCE}.",
             file=out,
         )
         if uri:
