@@ -235,13 +235,12 @@ def _created_at(checkpoint: Checkpoint) -> datetime:
         return datetime.now(timezone.utc)
 
 
-@dataclass
-class Requests:
-    """The target writes for one batch, in the order ``put`` makes them."""
+Requests = dict[str, list[WriteRequest]]
+"""The target writes for one batch by logical collection, in the order ``put`` makes them."""
 
-    blobs: list[WriteRequest] = field(default_factory=list)
-    writes: list[WriteRequest] = field(default_factory=list)
-    checkpoints: list[WriteRequest] = field(default_factory=list)
+
+def _requests() -> Requests:
+    return {BLOBS: [], WRITES: [], CHECKPOINTS: []}
 
 
 def convert(
@@ -253,11 +252,11 @@ def convert(
     """Target requests for the checkpoints and writes of some whole threads, version tails
     keyed with ``version_key``; raises ``Unconvertible`` for a checkpoint mongo-ckpt cannot
     store."""
-    out = Requests()
+    out = _requests()
     stored: set[tuple[str, str, str, Any]] = set()
     for cp in checkpoints:
         try:
-            out.checkpoints.append(_convert_checkpoint(ops, cp, stored, out, version_key))
+            out[CHECKPOINTS].append(_convert_checkpoint(ops, cp, stored, out, version_key))
         except ValueError as exc:
             raise Unconvertible(cp, str(exc)) from exc
     for (thread_id, ns, checkpoint_id), group in writes.items():
@@ -266,7 +265,7 @@ def convert(
         for write in group:
             tasks.setdefault((write.task_id, write.task_path), []).append(write)
         for (task_id, task_path), task_writes in tasks.items():
-            out.writes += write_requests(
+            out[WRITES] += write_requests(
                 key,
                 [(w.channel, w.value) for w in task_writes],
                 task_id,
@@ -315,7 +314,7 @@ def _convert_checkpoint(
     doc["created_at"] = _created_at(checkpoint)
     check_checkpoint_size(doc)
     stored.update((cp.thread_id, cp.checkpoint_ns, ch, v) for ch, v in new.items())
-    out.blobs += blob_requests(
+    out[BLOBS] += blob_requests(
         cp.thread_id, cp.checkpoint_ns, values, new, ops.serde, compress=ops.compressing
     ).requests
     return UpdateOne(key, {"$set": doc}, upsert=True)
@@ -329,7 +328,7 @@ def convert_threads(
 ) -> tuple[Requests, list[Skip]]:
     """``convert`` thread by thread: the requests of the threads that convert, and a
     ``Skip`` for each that does not (none of its documents is written)."""
-    out, skipped = Requests(), []
+    out, skipped = _requests(), []
     by_thread: dict[str, dict[tuple[str, str, str], Sequence[OfficialWrite]]] = {}
     for key, group in writes.items():
         by_thread.setdefault(key[0], {})[key] = group
@@ -341,9 +340,8 @@ def convert_threads(
             skip = Skip(thread_id, cp.checkpoint_ns, cp.checkpoint_id, exc.reason, len(checkpoints))
             skipped.append(skip)
             continue
-        out.blobs += requests.blobs
-        out.writes += requests.writes
-        out.checkpoints += requests.checkpoints
+        for logical, thread_requests in requests.items():
+            out[logical] += thread_requests
     return out, skipped
 
 
@@ -409,11 +407,7 @@ def migration(
         requests, skipped = convert_threads(ops, checkpoints, writes, version_key)
         # Values and writes first, checkpoints last, as ``put`` does; ordered, so each
         # value's head comes after its parts.
-        for logical, batch_requests in (
-            (BLOBS, requests.blobs),
-            (WRITES, requests.writes),
-            (CHECKPOINTS, requests.checkpoints),
-        ):
+        for logical, batch_requests in requests.items():
             if batch_requests:
                 yield from bulk_write(logical, batch_requests, ordered=logical != CHECKPOINTS)
         missed = {skip.thread_id for skip in skipped}

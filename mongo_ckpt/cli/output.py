@@ -39,6 +39,7 @@ STATUS_NAMES = {DONE: "done", ERROR: "error", USAGE: "usage", NOTHING_MATCHED: "
 T = TypeVar("T")
 WIDTH_WHEN_PIPED = 150
 HEADING_WIDTH = 60
+size = decimal  # bytes for people: ``1.2 kB``
 
 
 # Control characters, DEL, C1, and the Unicode marks that reorder or break lines.
@@ -153,11 +154,6 @@ def heading(out: Console, text: str) -> None:
     """A section heading: ``── text ────``."""
     text = visible(text)
     out.print(f"── {text} " + "─" * max(3, HEADING_WIDTH - len(text)))
-
-
-def size(value: int) -> str:
-    """Bytes for people: ``1.2 kB``."""
-    return decimal(value)
 
 
 def timed(
