@@ -209,24 +209,10 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
     columns = ("step", "threads", "checkpoints", "writes", "seconds", "mismatches", "skipped")
     for column in columns:
         table.add_column(column, justify="left" if column == "step" else "right")
-    m = report["migrated"]
-    table.add_row(
-        "migrate",
-        *map(str, (m["threads"], m["checkpoints"], m["writes"], m["seconds"])),
-        "",
-        str(len(m["skipped"])),
-    )
-    if "verified" in report:
-        v = report["verified"]
-        table.add_row(
-            "verify",
-            str(v["threads"]),
-            str(v["checkpoints"]),
-            "",
-            str(v["seconds"]),
-            str(len(v["mismatches"])),
-            str(len(v["skipped"])),
-        )
+    for step, done in (("migrate", report["migrated"]), ("verify", report.get("verified"))):
+        if done is not None:  # a list is shown as its length, a count the step lacks as ""
+            cells = (done.get(column, "") for column in columns[1:])
+            table.add_row(step, *(str(len(c) if isinstance(c, list) else c) for c in cells))
     out.print(table)
     mismatches = report.get("verified", {}).get("mismatches", [])
     for mismatch in mismatches[:SHOWN_MISMATCHES]:
@@ -237,7 +223,7 @@ def _print(report: dict[str, Any], as_json: bool, status: int) -> None:
         out.print(Text("mismatch", style="red"), where, soft_wrap=True)
     if len(mismatches) > SHOWN_MISMATCHES:
         out.print(f"... and {len(mismatches) - SHOWN_MISMATCHES} more (--json lists all)")
-    skipped = m["skipped"]
+    skipped = report["migrated"]["skipped"]
     if skipped:
         checkpoints = sum(skip["checkpoints"] for skip in skipped)
         out.print(
