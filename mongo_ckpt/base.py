@@ -39,14 +39,13 @@ from mongo_ckpt.memory import CheckpointMemory
 from mongo_ckpt.operations import CheckpointOperations
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
+from mongo_ckpt.thread_settings import MAX_TTL_SECONDS
 
 T = TypeVar("T")
 
 # Metadata LangGraph itself writes; the only keys kept in plain BSON (for
 # ``list(filter=...)``) when the serializer encrypts, unless the user adds more.
 STRUCTURAL_METADATA_KEYS = frozenset({"source", "step", "run_id", "parents"})
-# Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
-MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
 
 class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
@@ -66,6 +65,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         serde: SerializerProtocol | None = None,
         *,
         blobs_collection_name: str = "checkpoint_blobs",
+        threads_collection_name: str = "checkpoint_threads",
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
@@ -84,6 +84,8 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             ``prune``), so the conversation can go on where it stopped.
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
+        threads_collection_name: the collection of the settings of single threads
+            (``set_thread_ttl``).
         filterable_metadata_keys: metadata keys kept in plain BSON for ``list(filter=...)``
             besides LangGraph's own (source, step, run_id, parents); all keys by default,
             only LangGraph's own when ``serde`` encrypts.
@@ -114,7 +116,10 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         self.client = given
         self.db = given[db_name]
         self.layout = Layout(
-            checkpoint_collection_name, blobs_collection_name, writes_collection_name
+            checkpoint_collection_name,
+            blobs_collection_name,
+            writes_collection_name,
+            threads_collection_name,
         )
         if ttl is not None and ttl <= 0:
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
@@ -162,6 +167,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         serde: SerializerProtocol | None = None,
         *,
         blobs_collection_name: str = "checkpoint_blobs",
+        threads_collection_name: str = "checkpoint_threads",
         filterable_metadata_keys: Collection[str] | None = None,
         sweep_interval: float | None = None,
         write_concern: WriteConcern | None = DEFAULT_WRITE_CONCERN,
@@ -184,6 +190,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             lambda client: cls(
                 client, db_name, checkpoint_collection_name, writes_collection_name, ttl,
                 serde, blobs_collection_name=blobs_collection_name,
+                threads_collection_name=threads_collection_name,
                 filterable_metadata_keys=filterable_metadata_keys,
                 sweep_interval=sweep_interval, write_concern=write_concern,
                 list_deltas=list_deltas, tracing=tracing, client_bulk_write=client_bulk_write,
@@ -266,12 +273,6 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             self._is_setup = True
 
     def _sweep(self) -> Operation[builtins.list[str]]:
-        """The sweep of expired threads; ``ValueError`` without a ``ttl``."""
-        if self.ttl is None:
-            raise ValueError(
-                "sweep_expired needs a ttl: create the saver with ttl=<seconds of inactivity "
-                "after which a whole thread expires>"
-            )
         return maintenance.sweep_expired(self.memory.forget, self.ttl, strategy=self.ttl_strategy)
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
@@ -396,9 +397,16 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         )
 
     def sweep_expired(self) -> builtins.list[str]:  # `list` is the method below
-        """Expire every thread idle for longer than ``ttl`` seconds (by the server's clock),
-        in batches, as ``ttl_strategy`` says; return their ids."""
+        """Expire every thread idle for longer than its ttl (by the server's clock): its own
+        (``set_thread_ttl``), else the saver's ``ttl`` (without one, only threads with a ttl
+        of their own expire), in batches, as ``ttl_strategy`` says; return their ids."""
         return self._run(self._sweep(), SpanInfo("sweep_expired"))
+
+    def set_thread_ttl(self, thread_id: str, ttl: float | str) -> None:
+        """Give the thread a ttl of its own: seconds of inactivity after which it expires
+        (``ttl_strategy`` says how), ``"never"``, or ``"default"`` (the saver's ``ttl``
+        again). A put whose ``configurable`` holds ``thread_ttl`` sets it too."""
+        self._run(self.ops.set_thread_ttl(thread_id, ttl), SpanInfo("set_thread_ttl", thread_id))
 
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
@@ -505,6 +513,11 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
     async def asweep_expired(self) -> builtins.list[str]:
         """Async ``sweep_expired``."""
         return await self._arun(self._sweep(), SpanInfo("sweep_expired"))
+
+    async def aset_thread_ttl(self, thread_id: str, ttl: float | str) -> None:
+        """Async ``set_thread_ttl``."""
+        set_ttl = self.ops.set_thread_ttl(thread_id, ttl)
+        await self._arun(set_ttl, SpanInfo("set_thread_ttl", thread_id))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from pymongo import ReplaceOne, UpdateOne
 
-from mongo_ckpt import maintenance
+from mongo_ckpt import maintenance, thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
@@ -88,6 +88,7 @@ class CopyOperations:
             yield from maintenance.mark_values({(target, *k[1:]) for k in unused})
             writes = keys_query((target, *key_of(s)[1:]) for s in missed)
             yield from update_many(WRITES, writes, maintenance.MARK)
+        yield from thread_settings.copy(source, target)
 
 
     def check_copy_target(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:

@@ -34,11 +34,11 @@ from mongo_ckpt.calls import (
     index_information,
     next_batch,
 )
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES
 from mongo_ckpt.reading import LATEST, inactive_threads_pipeline
 from mongo_ckpt.schema import SCHEMA, version_of
 
-COLLECTIONS = (CHECKPOINTS, BLOBS, WRITES)
+COLLECTIONS = (CHECKPOINTS, BLOBS, WRITES, THREADS)
 DATABASE = "$database"
 """The key of the database itself among the collections operations run on."""
 SCAN_BATCH = 500
@@ -47,6 +47,7 @@ IDENTITY = {
     CHECKPOINTS: ("thread_id", "checkpoint_ns", "checkpoint_id"),
     BLOBS: ("thread_id", "checkpoint_ns", "channel", "version", "part"),
     WRITES: ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "part"),
+    THREADS: ("thread_id",),
 }
 THREAD_SORTS = ("activity", "size", "checkpoints", "thread")
 # What a server (or mongomock) raises for a command or operator it does not have.
@@ -144,7 +145,7 @@ def _largest_pipeline(collection: str, match: Mapping[str, Any], top: int) -> li
 
 
 def sizes(match: Mapping[str, Any], top: int, server_sizes: bool) -> Operation[Sizes]:
-    """``Sizes`` of the documents matching ``match`` in the three collections, with the
+    """``Sizes`` of the documents matching ``match`` in the saver's collections, with the
     ``top`` largest documents; measured by the server when ``server_sizes``."""
     result = Sizes()
     largest: list[DocumentSize] = []

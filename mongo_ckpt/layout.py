@@ -9,7 +9,7 @@ from pymongo import ASCENDING, IndexModel
 
 from mongo_ckpt.errors import MongoCkptError
 
-CHECKPOINTS, BLOBS, WRITES = "checkpoints", "blobs", "writes"
+CHECKPOINTS, BLOBS, WRITES, THREADS = "checkpoints", "blobs", "writes", "threads"
 SCHEMA = "schema"  # logical name of the layout-version collection (``schema.py``)
 SCHEMA_COLLECTION = "mongo_ckpt_schema"
 STORE = "store"  # logical name of the store's collection (``mongo_ckpt.store``)
@@ -19,6 +19,7 @@ ARGUMENTS = {
     CHECKPOINTS: "checkpoint_collection_name",
     BLOBS: "blobs_collection_name",
     WRITES: "writes_collection_name",
+    THREADS: "threads_collection_name",
 }
 
 
@@ -52,9 +53,10 @@ class CollectionNameClash(MongoCkptError, ValueError):
                 f"for {labels[ours]}"
             )
         return (
-            f"{labels[first]} and {labels[second]} are both {self.name!r}: checkpoints, values "
-            "and pending writes need a collection each (maintenance of one would delete the "
-            f"others' documents); pass another name for {labels[first]} or {labels[second]}"
+            f"{labels[first]} and {labels[second]} are both {self.name!r}: checkpoints, values, "
+            "pending writes and thread settings need a collection each (maintenance of one "
+            f"would delete the others' documents); pass another name for {labels[first]} or "
+            f"{labels[second]}"
         )
 
 
@@ -71,19 +73,26 @@ def check_names(names: Mapping[str, str], labels: Mapping[str, str] = ARGUMENTS)
 
 @dataclass(frozen=True)
 class Layout:
-    """Names of the three checkpointer collections; three names of their own, none the
-    layout-version collection's (else ``CollectionNameClash``)."""
+    """Names of the four checkpointer collections; four names of their own, none the
+    layout-version collection's (else ``CollectionNameClash``). ``threads`` holds a
+    document only for a thread with settings of its own (``threads.py``)."""
 
     checkpoints: str = "checkpoints"
     blobs: str = "checkpoint_blobs"
     writes: str = "checkpoint_writes"
+    threads: str = "checkpoint_threads"
 
     def __post_init__(self) -> None:
         check_names(self.by_logical())
 
     def by_logical(self) -> dict[str, str]:
         """Collection name per logical name (the keys of ``saver.collections``)."""
-        return {CHECKPOINTS: self.checkpoints, BLOBS: self.blobs, WRITES: self.writes}
+        return {
+            CHECKPOINTS: self.checkpoints,
+            BLOBS: self.blobs,
+            WRITES: self.writes,
+            THREADS: self.threads,
+        }
 
 
 CHECKPOINT_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
@@ -137,5 +146,10 @@ def index_models(layout: Layout) -> dict[str, list[IndexModel]]:
             # Joins from checkpoints match (thread, namespace, checkpoint id).
             IndexModel([("join", ASCENDING)], name="join"),
             _DOOMED,
+        ],
+        layout.threads: [
+            _unique(("thread_id",), "thread_key"),
+            # The sweep finds the threads whose own ttl is shorter than the saver's.
+            IndexModel([("ttl", ASCENDING)], name="thread_ttl", sparse=True),
         ],
     }

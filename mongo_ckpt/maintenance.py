@@ -37,15 +37,17 @@ each taking the ``forget`` of the saver's memory of the threads it deletes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
 from bson import ObjectId
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
+from mongo_ckpt import thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
@@ -66,6 +68,7 @@ from mongo_ckpt.layout import (
     CHECKPOINT_KEY,
     CHECKPOINTS,
     PENDING,
+    THREADS,
     WRITE_KEY,
     WRITES,
 )
@@ -82,6 +85,7 @@ from mongo_ckpt.reading import (
 )
 
 DOOMED, DOOMED_AT = "doomed", "doomed_at"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the cutoff of a thread that never expires
 TOUCHED_AT = "touched_at"
 """On value documents: the server's time of the last write of the value (its first or a
 retry's), by which maintenance judges a value no checkpoint names; documents written before
@@ -128,7 +132,7 @@ class Deleted:
 
     threads: list[str] = field(default_factory=list)
     documents: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys((CHECKPOINTS, BLOBS, WRITES), 0)
+        default_factory=lambda: dict.fromkeys((CHECKPOINTS, BLOBS, WRITES, THREADS), 0)
     )
 
     def add(self, collection: str, count: int) -> None:
@@ -401,23 +405,54 @@ def delete_threads(forget: Forget, thread_ids: Sequence[str]) -> Operation[Delet
     now = yield from server_now()
     yield from _delete_tombstoned(ids, None, _none, now, deleted)
     yield from _delete_unneeded(ids, now, deleted)
+    yield from _delete_settings(ids, deleted)
     return deleted
 
 
 def sweep_expired(
-    forget: Forget, ttl: float, batch: int = SWEEP_BATCH, strategy: str = "delete"
+    forget: Forget, ttl: float | None, batch: int = SWEEP_BATCH, strategy: str = "delete"
 ) -> Operation[list[str]]:
-    """Expire every thread idle for longer than ``ttl`` seconds by the server's clock,
-    ``batch`` threads at a time: delete it whole (``"delete"``), or prune it to each
-    namespace's latest checkpoint (``"keep_latest"``, as ``prune``); return their ids."""
+    """Expire every thread idle for longer than its ttl by the server's clock: its own
+    (``thread_settings``), else ``ttl`` (``None``: only threads with one of their own
+    expire), ``batch`` threads at a time: delete it whole (``"delete"``), or prune it to
+    each namespace's latest checkpoint (``"keep_latest"``, as ``prune``); their ids."""
     check_sweep_strategy(strategy)
     now = yield from server_now()
-    cutoff = now - timedelta(seconds=ttl)
-    pipeline = inactive_threads_pipeline(cutoff, several=strategy == "keep_latest")
-    docs = yield from aggregate(CHECKPOINTS, pipeline)
-    ids = sorted(doc["_id"] for doc in docs)
-    deleted = yield from delete_idle(forget, ids, cutoff, batch, strategy)
-    return deleted.threads
+    several = strategy == "keep_latest"
+    found: list[Document] = []
+    if ttl is not None:
+        cutoff = now - timedelta(seconds=ttl)
+        found += yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff, several))
+    own = yield from thread_settings.own_ttls(thread_settings.shorter_than(ttl))
+    for ids in _batches(own, batch):
+        found += yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(None, several, ids))
+    last = {doc["_id"]: aware(doc["last"]) for doc in found}
+    for ids in _batches(set(last) - set(own), batch):
+        own |= yield from thread_settings.own_ttls(thread_settings.of(ids))
+    groups: dict[float, list[str]] = {}
+    for thread_id, seen in last.items():
+        limit = own.get(thread_id, ttl)
+        if limit is not None and seen < _cutoff(now, limit):
+            groups.setdefault(limit, []).append(thread_id)
+    expired: list[str] = []
+    for limit, ids in sorted(groups.items()):
+        deleted = yield from delete_idle(forget, ids, _cutoff(now, limit), batch, strategy)
+        expired += deleted.threads
+    if not groups:  # it finishes a sweep cut after its delete
+        yield from delete_idle(forget, [], now, batch, strategy)
+    return sorted(expired)
+
+
+def _batches(ids: Iterable[str], size: int) -> Iterator[list[str]]:
+    """``ids`` in order, ``size`` at a time: no command carries more."""
+    ordered = sorted(ids)
+    for start in range(0, len(ordered), size):
+        yield ordered[start : start + size]
+
+
+def _cutoff(now: datetime, ttl: float) -> datetime:
+    """When a thread last active before expires, with ``ttl`` (``math.inf``: never)."""
+    return EPOCH if ttl == math.inf else now - timedelta(seconds=ttl)
 
 
 def check_sweep_strategy(strategy: str) -> None:
@@ -442,74 +477,93 @@ def delete_idle(
 
     The ids may have been chosen long before (a confirmation prompt in between): each
     thread is judged again, after its tombstones, so a thread that became active is
-    spared.
+    spared; so is one whose own ttl (``thread_settings``, read before the tombstones)
+    has not passed since its last checkpoint.
     """
     check_sweep_strategy(strategy)
-    ids = sorted(set(coerce_ids(thread_ids, "thread_ids")))
+    ids = set(coerce_ids(thread_ids, "thread_ids"))
     deleted = Deleted()
-    for start in range(0, len(ids), batch):
-        chosen = ids[start : start + batch]
-        if strategy == "keep_latest":
-            yield from _prune_idle(forget, chosen, cutoff, deleted)
-        else:
-            yield from _expire(forget, chosen, cutoff, deleted)
+    for chosen in _batches(ids, batch):
+        now = yield from server_now()
+        own = yield from thread_settings.own_ttls(thread_settings.of(chosen))
+        cutoffs = {t: min(cutoff, _cutoff(now, limit)) for t, limit in own.items()}
+        expire = _prune_idle if strategy == "keep_latest" else _expire
+        yield from expire(forget, chosen, cutoff, cutoffs, now, deleted)
     if not ids:  # it finishes a sweep (or prune) cut after its delete
         now = yield from server_now()
         yield from _delete_unneeded([], now, deleted)
     return deleted
 
 
-def _spare_active(cutoff: datetime) -> Spare:
-    """Spare every checkpoint of the threads with one stored since ``cutoff``."""
+def _spare_active(cutoff: datetime, cutoffs: Mapping[str, datetime]) -> Spare:
+    """Spare every checkpoint of the threads active since ``cutoff`` (``_active_threads``)."""
 
     def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
-        recent = _active_threads(stored, cutoff)
+        recent = _active_threads(stored, cutoff, cutoffs)
         return {k for k in gone if k[0] in recent}
 
     return active
 
 
 def _expire(
-    forget: Forget, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
+    forget: Forget,
+    thread_ids: Sequence[str],
+    cutoff: datetime,
+    cutoffs: Mapping[str, datetime],
+    now: datetime,
+    deleted: Deleted,
 ) -> Operation[None]:
-    """Delete those of ``thread_ids`` idle since ``cutoff``; count them into ``deleted``.
+    """Delete those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``), and
+    their settings; count them into ``deleted``.
 
     Tombstones first, then a look for checkpoints stored since the cutoff: a put that
     came first makes its thread active again; one that comes later finds its parent
     tombstoned and takes its checkpoint back; one without a parent (a new conversation
     on the thread id) is not one this call tombstoned, so it stays.
     """
-    now = yield from server_now()
-    stored = yield from _delete_tombstoned(thread_ids, None, _spare_active(cutoff), now, deleted)
-    recent = _active_threads(stored, cutoff)
+    spare = _spare_active(cutoff, cutoffs)
+    stored = yield from _delete_tombstoned(thread_ids, None, spare, now, deleted)
+    recent = _active_threads(stored, cutoff, cutoffs)
     expired = [t for t in thread_ids if t not in recent]
     forget(expired)
     deleted.threads.extend(expired)
     yield from _delete_unneeded(expired, now, deleted)
+    yield from _delete_settings(expired, deleted)
 
 
 def _prune_idle(
-    forget: Forget, thread_ids: Sequence[str], cutoff: datetime, deleted: Deleted
+    forget: Forget,
+    thread_ids: Sequence[str],
+    cutoff: datetime,
+    cutoffs: Mapping[str, datetime],
+    now: datetime,
+    deleted: Deleted,
 ) -> Operation[None]:
-    """Prune those of ``thread_ids`` idle since ``cutoff`` to their latest checkpoints (and
-    the ancestors those replay DeltaChannels from), as ``prune``; the ones it pruned go into
-    ``deleted.threads``. A thread with a checkpoint stored since the cutoff, found at the
-    look after the tombstones, is spared whole, as by ``_expire``."""
+    """Prune those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``) to their
+    latest checkpoints (and the ancestors those replay DeltaChannels from), as ``prune``;
+    the ones it pruned go into ``deleted.threads``. A thread with a checkpoint stored since
+    its cutoff, found at the look after the tombstones, is spared whole, as by ``_expire``."""
     forget(thread_ids)
     _, doomed = yield from prune_plan(thread_ids)
     planned = {key_of(s) for s in doomed}
     if not planned:
         return
-    active = _spare_active(cutoff)
+    active = _spare_active(cutoff, cutoffs)
 
     def spare(stored: Sequence[Document], gone: set[Key]) -> set[Key]:
         return active(stored, gone) | _needed_by_survivors(stored, gone)
 
-    now = yield from server_now()
     stored = yield from _delete_tombstoned(thread_ids, planned, spare, now, deleted)
-    recent = _active_threads(stored, cutoff)
+    recent = _active_threads(stored, cutoff, cutoffs)
     deleted.threads.extend(sorted({k[0] for k in planned if k[0] not in recent}))
     yield from _delete_unneeded(thread_ids, now, deleted)
+
+
+def _delete_settings(thread_ids: Sequence[str], deleted: Deleted) -> Operation[None]:
+    """Delete the settings of the deleted ``thread_ids`` (``thread_settings``)."""
+    if thread_ids:
+        result = yield from delete_many(THREADS, thread_settings.of(thread_ids))
+        deleted.add(THREADS, result.deleted_count)
 
 
 def _lease_renewed(doomed: set[Key]) -> Operation[bool]:
@@ -668,12 +722,16 @@ def _none(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
     return set()
 
 
-def _active_threads(stored: Iterable[Mapping[str, Any]], cutoff: datetime) -> set[str]:
-    """The threads with a checkpoint of ``stored`` written at or after ``cutoff``."""
+def _active_threads(
+    stored: Iterable[Mapping[str, Any]], cutoff: datetime, cutoffs: Mapping[str, datetime]
+) -> set[str]:
+    """The threads with a checkpoint of ``stored`` written at or after ``cutoff`` (or the
+    thread's own cutoff in ``cutoffs``)."""
     return {
         s["thread_id"]
         for s in stored
-        if isinstance(s.get("created_at"), datetime) and aware(s["created_at"]) >= cutoff
+        if isinstance(s.get("created_at"), datetime)
+        and aware(s["created_at"]) >= cutoffs.get(s["thread_id"], cutoff)
     }
 
 

@@ -163,6 +163,7 @@ class CheckpointMemory:
             PREFETCHED_BYTES, lambda p: p.nbytes
         )
         self._latest: _Lru[tuple[str, str], str] = _Lru(checkpoints, lambda _: 1)
+        self._own_ttls: _Lru[str, float | str] = _Lru(checkpoints, lambda _: 1)
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -363,6 +364,15 @@ class CheckpointMemory:
         with self._lock:
             return self._heads.spent
 
+    def own_ttl(self, thread_id: str) -> float | str | None:
+        """The thread's own ttl this instance stored last (``thread_settings``), if any."""
+        with self._lock:
+            return self._own_ttls.get(thread_id)
+
+    def own_ttl_stored(self, thread_id: str, ttl: float | str) -> None:
+        with self._lock:
+            self._own_ttls.put(thread_id, ttl)
+
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this instance remembers of ``thread_ids`` (they are being deleted)."""
         gone = set(thread_ids)
@@ -372,6 +382,7 @@ class CheckpointMemory:
             self._seeds.drop([k for k in self._seeds.held() if k[0] in gone])
             self._prefetched.drop([k for k in self._prefetched.held() if k[0] in gone])
             self._latest.drop([k for k in self._latest.held() if k[0] in gone])
+            self._own_ttls.drop([k for k in self._own_ttls.held() if k in gone])
 
 
 def _key(doc: Mapping[str, Any]) -> CheckpointKey:

@@ -19,7 +19,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from mongo_ckpt import inspection, listdelta, maintenance, schema
+from mongo_ckpt import inspection, listdelta, maintenance, schema, thread_settings
 from mongo_ckpt.calls import (
     Calling,
     Document,
@@ -46,7 +46,7 @@ from mongo_ckpt.delta import (
     tuple_history_pipeline,
     walk_cut_short,
 )
-from mongo_ckpt.identifiers import check_limit, thread_key
+from mongo_ckpt.identifiers import check_limit, coerce_id, thread_key
 from mongo_ckpt.layout import (
     BLOBS,
     CHECKPOINT_KEY,
@@ -365,6 +365,12 @@ class CheckpointOperations(WriteOperations, CopyOperations):
         blob_docs = (yield from find(BLOBS, query)) if query else []
         write_docs = yield from find(WRITES, writes_query(docs))
         return Loaded(self.serde, blob_docs, write_docs)
+
+    def set_thread_ttl(self, thread_id: str, ttl: float | str) -> Operation[None]:
+        """Store the thread's own ttl (``thread_settings``), checked before any write."""
+        thread_id, ttl = coerce_id(thread_id, "thread_id"), thread_settings.check_ttl(ttl)
+        yield from thread_settings.set_ttl(thread_id, ttl)
+        self.memory.own_ttl_stored(thread_id, ttl)
 
     # The command line's entry points into maintenance (``mongo_ckpt.cli.maintenance``).
     def delete_threads(self, thread_ids: Sequence[str]) -> Operation[Deleted]:

@@ -12,8 +12,9 @@ sweeper runs while the context is open. Variables (see docs/platform.md):
 - ``MONGODB_URI`` (else ``LS_MONGODB_URI``): the connection string (required).
 - ``MONGO_CKPT_DB``: database name (default ``checkpointing_db``).
 - ``MONGO_CKPT_CHECKPOINTS_COLLECTION`` / ``MONGO_CKPT_WRITES_COLLECTION`` /
-  ``MONGO_CKPT_BLOBS_COLLECTION``: the saver's collections (three names of their own,
-  none ``mongo_ckpt_schema``, else ``CollectionNameClash`` naming the variables).
+  ``MONGO_CKPT_BLOBS_COLLECTION`` / ``MONGO_CKPT_THREADS_COLLECTION``: the saver's
+  collections (four names of their own, none ``mongo_ckpt_schema``, else
+  ``CollectionNameClash`` naming the variables).
 - ``MONGO_CKPT_TTL_SECONDS``: the saver's thread ttl (seconds of inactivity).
 - ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``; not one of
   the saver's).
@@ -42,6 +43,7 @@ from mongo_ckpt.layout import (
     BLOBS,
     CHECKPOINTS,
     STORE,
+    THREADS,
     WRITES,
     Layout,
     check_names,
@@ -55,6 +57,7 @@ VARIABLES = {
     CHECKPOINTS: "MONGO_CKPT_CHECKPOINTS_COLLECTION",
     BLOBS: "MONGO_CKPT_BLOBS_COLLECTION",
     WRITES: "MONGO_CKPT_WRITES_COLLECTION",
+    THREADS: "MONGO_CKPT_THREADS_COLLECTION",
     STORE: "MONGO_CKPT_STORE_COLLECTION",
 }
 

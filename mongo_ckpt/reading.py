@@ -266,14 +266,21 @@ def keys_query(keys: Iterable[Key]) -> dict[str, Any]:
     return clauses[0] if len(clauses) == 1 else {"$or": clauses}
 
 
-def inactive_threads_pipeline(cutoff: datetime, several: bool = False) -> list[dict[str, Any]]:
-    """Threads whose newest checkpoint was written before ``cutoff`` (``{"_id": thread_id}``);
-    with ``several``, only those with more than one checkpoint (what a prune may delete)."""
+def inactive_threads_pipeline(
+    cutoff: datetime | None, several: bool = False, thread_ids: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Threads whose newest checkpoint was written before ``cutoff`` (``None``: any), of
+    ``thread_ids`` (``None``: all), with that checkpoint's time (``{"_id": thread_id,
+    "last": ...}``); with ``several``, only those with more than one checkpoint (what a
+    prune may delete)."""
+    chosen = [] if thread_ids is None else [{"$match": {"thread_id": {"$in": thread_ids}}}]
+    last = {} if cutoff is None else {"last": {"$lt": cutoff}}
     return [
+        *chosen,
         # Same direction on both fields, so the (thread_id, created_at) index serves the sort.
         {"$sort": {"thread_id": 1, "created_at": 1}},
         {"$group": {"_id": "$thread_id", "last": {"$last": "$created_at"}, "n": {"$sum": 1}}},
-        {"$match": {"last": {"$lt": cutoff}, **({"n": {"$gt": 1}} if several else {})}},
+        {"$match": {**last, **({"n": {"$gt": 1}} if several else {})}},
     ]
 
 

@@ -3,21 +3,23 @@
 Each saver (keyed by its checkpoints collection) and each store (keyed by its
 collection) has one document in ``SCHEMA_COLLECTION`` of its database::
 
-    {"_id": "saver:checkpoints", "version": 7, "collections": {...}, "updated_at": ...}
+    {"_id": "saver:checkpoints", "version": 8, "collections": {...}, "updated_at": ...}
 
 ``setup()`` reads it first. At the current version nothing else runs (one round
 trip). A newer version raises ``SchemaTooNewError`` before any data is read or written.
 Versions only go up (``$max``).
 
-The saver reads and writes one layout, version 7 (the numbers below it were development
+The saver reads and writes one layout, version 8 (the numbers below it were development
 builds before the first release; 6 stored compressed values under the serializer's own
-type tag, which a reader that did not know compression decoded as garbage). Its
+type tag, which a reader that did not know compression decoded as garbage; 7 had no
+collection of thread settings, so its sweep would expire a thread kept forever). Its
 ``setup()`` records it on new, empty collections, only if no version was recorded since it
 read none (``record_first``), and refuses data recorded below it or not recorded at all
-(``SchemaUpgradeRequired``, nothing written). Version 7 is: ``join`` keys on value and
+(``SchemaUpgradeRequired``, nothing written). Version 8 is: ``join`` keys on value and
 write documents, a sparse ``doomed`` index (maintenance marks what it deletes), list
-deltas (``listdelta.py``), slim checkpoint documents (``documents.checkpoint_document``)
-and compressed values whose type tag names the compression (``payload.split``).
+deltas (``listdelta.py``), slim checkpoint documents (``documents.checkpoint_document``),
+compressed values whose type tag names the compression (``payload.split``), and the
+settings of single threads (their own ``ttl``) in a collection of their own.
 
 The next layout follows the same rule: an encoding added to stored values is named in
 their type tag (``msgpack+zlib``), so a reader that does not know it fails loudly
@@ -92,7 +94,7 @@ class Ladder:
 
 # One layout each before the first release; a new layout is one rung here and, when data
 # changes, one step method on the kind's operations.
-LADDERS = {"saver": Ladder((Rung(7),)), "store": Ladder((Rung(6),))}
+LADDERS = {"saver": Ladder((Rung(8),)), "store": Ladder((Rung(6),))}
 SAVER_SCHEMA_VERSION = LADDERS["saver"].current
 STORE_SCHEMA_VERSION = LADDERS["store"].current
 

@@ -36,7 +36,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import listdelta, maintenance
+from mongo_ckpt import listdelta, maintenance, thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
@@ -113,6 +113,7 @@ class WriteOperations:
         """Store a checkpoint in the five steps of the module's docstring."""
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
+        own_ttl = thread_settings.configured(config)
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
         values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
@@ -140,7 +141,18 @@ class WriteOperations:
         self.memory.wrote(
             (thread_id, checkpoint_ns, checkpoint_id), plan, parent_id, doc, metadata, stored_id
         )
+        yield from self._store_own_ttl(thread_id, own_ttl, parent_id)
         return {"configurable": key}
+
+    def _store_own_ttl(
+        self, thread_id: str, ttl: float | str | None, parent_id: str | None
+    ) -> Operation[None]:
+        """The ``thread_ttl`` of the put's ``configurable``, stored unless this instance
+        stored it last (on a thread's first checkpoint always: another instance may have
+        deleted the thread, with its setting, since)."""
+        if ttl is not None and (parent_id is None or self.memory.own_ttl(thread_id) != ttl):
+            yield from thread_settings.set_ttl(thread_id, ttl)
+            self.memory.own_ttl_stored(thread_id, ttl)
 
 
     def _put_in_one_command(self, put: _Put) -> Operation[tuple[Written, set[Any]]]:

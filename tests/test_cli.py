@@ -387,7 +387,7 @@ def test_delete_asks_first_and_dry_run_changes_nothing(fresh: Written) -> None:
     before = fresh.stored("chat-bob")
     dry = fresh.json("delete", "chat-bob", "--dry-run")
     assert dry["dry_run"] is True
-    assert dry["documents"] == {"checkpoints": 3, "values": 4, "writes": 3}
+    assert dry["documents"] == {"checkpoints": 3, "values": 4, "writes": 3, "settings": 0}
     assert sum(dry["documents"].values()) == before[0]
     refused = fresh.invoke("delete", "chat-bob", input="n\n")
     assert refused.exit_code == 1 and "Delete 1 threads (3 checkpoints)?" in refused.output
@@ -441,6 +441,7 @@ def test_delete_idle_spares_a_thread_active_since_the_selection(
         "checkpoints": article["checkpoints"],
         "values": article["checkpoint_blobs"],
         "writes": article["checkpoint_writes"],
+        "settings": 0,
     }
     assert fresh.count("article") == 0
     assert fresh.count("booking") > booking  # its history whole, and the resumed run
@@ -595,7 +596,7 @@ class _Commands(monitoring.CommandListener):
 
 
 def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
-    """On a server with ``$bsonSize`` the threads page is seven commands however many
+    """On a server with ``$bsonSize`` the threads page is eight commands however many
     threads there are: the look for the collections, the layout version, the size probe,
     one grouping of checkpoints, one per collection."""
     listener = _Commands()
@@ -614,7 +615,7 @@ def test_threads_and_stats_round_trips_do_not_grow_with_the_data() -> None:
             page = written.json("threads", "--sort", "size", "--limit", "2")
             sent.append(list(listener.names))
             assert len(page["threads"]) == 2
-        assert sent[0] == sent[1] == ["listCollections", "find"] + ["aggregate"] * 5
+        assert sent[0] == sent[1] == ["listCollections", "find"] + ["aggregate"] * 6
         assert page["total"] == 15
     finally:
         client.drop_database(db)

@@ -28,9 +28,9 @@ from tests.graphs import chat_builder, thread
 SAVER_COLLECTIONS = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 CLASH = (
     "checkpoint_collection_name and writes_collection_name are both 'checkpoints': "
-    "checkpoints, values and pending writes need a collection each (maintenance of one "
-    "would delete the others' documents); pass another name for checkpoint_collection_name "
-    "or writes_collection_name"
+    "checkpoints, values, pending writes and thread settings need a collection each "
+    "(maintenance of one would delete the others' documents); pass another name for "
+    "checkpoint_collection_name or writes_collection_name"
 )
 
 
@@ -90,9 +90,10 @@ def _stored(client: Any, db_name: str) -> dict[str, int]:
     [
         (
             ["prune", "chat-ada", "--writes", "checkpoints", "--yes"],
-            "Error: --checkpoints and --writes are both 'checkpoints': checkpoints, values and "
-            "pending writes need a collection each (maintenance of one would delete the "
-            "others' documents); pass another name for --checkpoints or --writes",
+            "Error: --checkpoints and --writes are both 'checkpoints': checkpoints, values, "
+            "pending writes and thread settings need a collection each (maintenance of one "
+            "would delete the others' documents); pass another name for --checkpoints or "
+            "--writes",
         ),
         (
             ["delete", "chat-ada", "--blobs", "checkpoint_writes", "--yes"],
@@ -127,9 +128,9 @@ def test_platform_refuses_collections_of_one_name(monkeypatch: Any) -> None:
         platform.saver_kwargs({"MONGO_CKPT_WRITES_COLLECTION": "checkpoints"})
     assert str(raised.value) == (
         "MONGO_CKPT_CHECKPOINTS_COLLECTION and MONGO_CKPT_WRITES_COLLECTION are both "
-        "'checkpoints': checkpoints, values and pending writes need a collection each "
-        "(maintenance of one would delete the others' documents); pass another name for "
-        "MONGO_CKPT_CHECKPOINTS_COLLECTION or MONGO_CKPT_WRITES_COLLECTION"
+        "'checkpoints': checkpoints, values, pending writes and thread settings need a "
+        "collection each (maintenance of one would delete the others' documents); pass "
+        "another name for MONGO_CKPT_CHECKPOINTS_COLLECTION or MONGO_CKPT_WRITES_COLLECTION"
     )
     with pytest.raises(CollectionNameClash) as raised:
         platform.store_kwargs({"MONGO_CKPT_STORE_COLLECTION": "checkpoint_blobs"})

@@ -78,16 +78,6 @@ async def test_automatic_sweep(api: Api) -> None:
     assert await documents(api.saver, "fresh") == fresh
 
 
-async def test_sweep_needs_ttl(api: Api) -> None:
-    graph = api.compile(builder(SMALL, delta=True))
-    await play(api, graph, SMALL, RUN[:1], "idle")
-    await api.age("idle", 2 * TTL)
-    before = await documents(api.saver, "idle")
-    with pytest.raises(ValueError, match="ttl=<seconds"):
-        await api.sweep_expired()
-    assert await documents(api.saver, "idle") == before
-
-
 @pytest.mark.parametrize("ttl", [0, -5.0])
 def test_ttl_must_be_positive(client: Any, ttl: float) -> None:
     with pytest.raises(ValueError, match="ttl must be a positive number of seconds"):

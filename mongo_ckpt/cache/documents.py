@@ -35,8 +35,8 @@ from langgraph.cache.base import FullKey, Namespace
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ASCENDING, IndexModel, ReplaceOne
 
-from mongo_ckpt.base import MAX_TTL_SECONDS
 from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.thread_settings import MAX_TTL_SECONDS
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024  # what MongoDB stores in one document
 # The room a value always leaves for the rest of its entry, and so the most a value may

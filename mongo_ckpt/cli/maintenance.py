@@ -14,11 +14,11 @@ from mongo_ckpt.cli.options import Session, Target, finite, open_session, target
 from mongo_ckpt.cli.output import DONE, NOTHING_MATCHED, NothingMatched, console, emit_json, table
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.copying import ThreadExistsError
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES
 from mongo_ckpt.operations import Deleted
 
 F = TypeVar("F", bound=Callable[..., Any])
-LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes"}
+LABELS = {CHECKPOINTS: "checkpoints", BLOBS: "values", WRITES: "writes", THREADS: "settings"}
 
 
 def _confirm(question: str, yes: bool) -> None:

@@ -24,14 +24,19 @@ from mongo_ckpt.cli.output import NothingMatched
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES, CollectionNameClash, Layout
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.redaction import reason, redacted
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import LADDERS, saver_key
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-OPTIONS = {CHECKPOINTS: "--checkpoints", BLOBS: "--blobs", WRITES: "--writes"}
+OPTIONS = {
+    CHECKPOINTS: "--checkpoints",
+    BLOBS: "--blobs",
+    WRITES: "--writes",
+    THREADS: "--threads",
+}
 # What MongoDB refuses in a database name (on every platform) and in a collection name.
 DATABASE_FORBIDDEN = '/\\. "$\x00'
 DATABASE_MAX_BYTES = 63
@@ -40,6 +45,7 @@ COLLECTION_HELP = {
     CHECKPOINTS: "Checkpoints collection.",
     BLOBS: "Channel values collection.",
     WRITES: "Pending writes.",
+    THREADS: "Settings of single threads (their own ttl).",
 }
 
 
@@ -97,7 +103,7 @@ class Target:
 
 
 def target_options(command: F) -> F:
-    """Add ``--uri``, ``--db``, the three collection names and ``--json`` to ``command``;
+    """Add ``--uri``, ``--db``, the four collection names and ``--json`` to ``command``;
     it receives them as one ``target: Target`` argument."""
     defaults = Layout().by_logical()
     options = [
@@ -135,11 +141,12 @@ def target_options(command: F) -> F:
         checkpoints: str,
         blobs: str,
         writes: str,
+        threads: str,
         as_json: bool,
         **kwargs: Any,
     ) -> Any:
         try:
-            layout = Layout(checkpoints, blobs, writes)
+            layout = Layout(checkpoints, blobs, writes, threads)
         except CollectionNameClash as exc:
             raise click.UsageError(exc.describe(OPTIONS)) from None
         target = Target(uri or None, db, layout, as_json)

@@ -1,0 +1,178 @@
+"""A thread's own ttl: set by ``set_thread_ttl`` or by ``configurable["thread_ttl"]`` on its
+puts, kept in the threads collection, it decides the thread's expiry instead of the
+saver's ``ttl`` (``"never"``: never; ``"default"``: the saver's again). It goes with the
+thread, is copied with it, and a bad one is refused before anything is written.
+
+Checkpoints are aged by rewriting their ``created_at`` (``Api.age``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from pymongo.errors import AutoReconnect
+
+from mongo_ckpt.clock import server_now
+from mongo_ckpt.layout import CHECKPOINTS, THREADS
+from tests.backends import count_calls
+from tests.delta_graphs import Shape, builder, documents
+from tests.faults import Fault, Faults
+from tests.graphs import thread
+from tests.saver_support import Api
+
+TTL = 3600.0
+SMALL = Shape(snapshot_frequency=3, writers=1, subgraph=False, durability="async")
+
+
+async def put_one(api: Api, thread_id: str, **configurable: Any) -> None:
+    checkpoint = generate_checkpoint(channel_values={"a": "x"}, channel_versions={"a": "1"})
+    config = generate_config(thread_id)
+    config["configurable"].update(configurable)
+    await api.put(config, checkpoint, generate_metadata(), {"a": "1"})
+
+
+async def own_ttls(api: Api) -> dict[str, Any]:
+    docs = await api.docs(THREADS)
+    return {d["thread_id"]: "never" if d.get("never") else d["ttl"] for d in docs}
+
+
+async def threads(api: Api) -> set[str]:
+    return {d["thread_id"] for d in await api.docs(CHECKPOINTS)}
+
+
+async def test_a_threads_own_ttl_decides_its_expiry(api: Api) -> None:
+    api = api.reopened(ttl=TTL, sweep_interval=10 * TTL)
+    ages = {"default": 2, "never": 2, "longer": 2, "shorter": 0.75, "reset": 2, "young": 0.75}
+    for thread_id in ages:
+        await put_one(api, thread_id)
+    assert await api.join_sweep(timeout=60)  # the first put's sweep, before the ageing
+    for thread_id, age in ages.items():
+        await api.age(thread_id, age * TTL)
+    await api.set_thread_ttl("never", "never")
+    await api.set_thread_ttl("longer", 10 * TTL)
+    await api.set_thread_ttl("shorter", TTL / 2)
+    await api.set_thread_ttl("reset", "never")
+    await api.set_thread_ttl("reset", "default")
+
+    assert await api.sweep_expired() == ["default", "reset", "shorter"]
+
+    assert await threads(api) == {"never", "longer", "young"}
+    assert await own_ttls(api) == {"never": "never", "longer": 10 * TTL}  # gone with theirs
+    assert await api.sweep_expired() == []
+
+
+async def test_without_a_saver_ttl_only_threads_with_their_own_expire(api: Api) -> None:
+    for thread_id in ("idle", "own"):
+        await put_one(api, thread_id)
+        await api.age(thread_id, 2 * TTL)
+    await api.set_thread_ttl("own", TTL)
+    assert await api.sweep_expired() == ["own"]
+    assert await threads(api) == {"idle"}
+
+
+async def test_a_run_sets_it_from_configurable_once_per_value(api: Api) -> None:
+    api = api.reopened(ttl=TTL, sweep_interval=10 * TTL)
+    graph = api.compile(builder(SMALL, delta=True))
+    message = {"messages": [HumanMessage("hi", id="in0")]}
+    await api.invoke(graph, message, thread("kept", thread_ttl="never"))
+    calls = count_calls(api.saver.collections)
+    for number in (1, 2):  # later runs without it, and with it again: no write of it
+        message = {"messages": [HumanMessage("again", id=f"in{number}")]}
+        config = thread("kept", thread_ttl="never") if number == 2 else thread("kept")
+        await api.invoke(graph, message, config)
+    assert calls[(THREADS, "update_one")] == 0
+    await api.invoke(graph, message, thread("other", thread_ttl=TTL / 2))
+    assert await own_ttls(api) == {"kept": "never", "other": TTL / 2}
+    for thread_id in ("kept", "other"):
+        await api.age(thread_id, 2 * TTL)
+
+    assert await api.sweep_expired() == ["other"]
+    state = await api.state(graph, thread("kept"))
+    assert [m.id for m in state.values["messages"]][:1] == ["in0"]
+
+
+async def test_it_goes_and_is_copied_with_its_thread(api: Api) -> None:
+    await put_one(api, "source")
+    await api.set_thread_ttl("source", "never")
+    await api.copy_thread("source", "copy")
+    assert await own_ttls(api) == {"source": "never", "copy": "never"}
+    await api.delete_thread("source")
+    assert await own_ttls(api) == {"copy": "never"}
+
+
+async def test_keep_latest_prunes_by_the_threads_own_ttl(api: Api) -> None:
+    api = api.reopened(ttl=10 * TTL, sweep_interval=10 * TTL, ttl_strategy="keep_latest")
+    config = generate_config("t")
+    for step in range(1, 4):
+        checkpoint = generate_checkpoint(channel_values={"a": step}, channel_versions={"a": step})
+        config = await api.put(config, checkpoint, generate_metadata(), {"a": step})
+    assert await api.join_sweep(timeout=60)
+    await api.set_thread_ttl("t", TTL)
+    await api.age("t", 2 * TTL)
+    assert await api.sweep_expired() == ["t"]
+    [latest] = await api.list(generate_config("t"))
+    assert latest.checkpoint["channel_values"] == {"a": 3}
+    assert await own_ttls(api) == {"t": TTL}  # the thread stays, with its setting
+
+
+BAD = [0, -1, float("inf"), float("nan"), True, "forever", None, 101 * 365 * 24 * 3600]
+
+
+@pytest.mark.parametrize("ttl", BAD, ids=repr)
+async def test_a_bad_ttl_is_refused_and_nothing_written(api: Api, ttl: Any) -> None:
+    await put_one(api, "t")
+    await api.set_thread_ttl("t", 60)
+    before = await api.counts(), await own_ttls(api)
+    with pytest.raises(ValueError, match="a thread's ttl is a number of seconds"):
+        await api.set_thread_ttl("t", ttl)
+    if ttl is not None:  # in configurable, None is no setting
+        with pytest.raises(ValueError, match="a thread's ttl is a number of seconds"):
+            await put_one(api, "u", thread_ttl=ttl)
+    assert (await api.counts(), await own_ttls(api)) == before
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+@pytest.mark.parametrize("again", ["never", 60.0])
+async def test_a_lost_setting_write_and_the_call_again(api: Api, mode: str, again: Any) -> None:
+    """The write is lost before it is sent, or its reply after it applied; the call again,
+    with the same value or another, leaves the one it sets."""
+    await put_one(api, "t")
+    faults = Faults(api.saver.collections)
+    try:
+        faults.arm(Fault(0, mode))
+        with pytest.raises(AutoReconnect):
+            await api.set_thread_ttl("t", 60.0)
+        assert faults.fired
+        assert await own_ttls(api) == ({} if mode == "before" else {"t": 60.0})
+        faults.arm(None)
+        await api.set_thread_ttl("t", again)
+    finally:
+        faults.restore()
+    assert await own_ttls(api) == {"t": again}
+
+
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+async def test_idle_deletion_spares_a_thread_kept_since_its_selection(
+    api: Api, strategy: str
+) -> None:
+    """Threads chosen idle earlier (``delete --idle-days`` after its prompt, or a batch of
+    the sweep) are judged again by their own ttl, as stored when their batch starts."""
+    for thread_id in ("kept", "plain"):
+        for _ in range(2):
+            await put_one(api, thread_id)
+        await api.age(thread_id, 2 * TTL)
+    cutoff = await api.run(server_now())  # both idle since before it
+    await api.set_thread_ttl("kept", "never")
+    before = await documents(api.saver, "kept")
+
+    deleted = await api.run(api.saver.ops.delete_idle(["kept", "plain"], cutoff, strategy))
+
+    assert deleted.threads == ["plain"]
+    assert await documents(api.saver, "kept") == before
