@@ -80,12 +80,8 @@ async def aexecute(collections: Mapping[str, Any], step: Call | NextBatch) -> An
         raise _closed(exc) from exc
 
 
-def iterate(collections: Mapping[str, Any], operation: Operation[Any]) -> Iterator[Any]:
-    """Run ``operation`` synchronously, yielding what it emits."""
-    return _iterate(collections, Relay(operation))
-
-
-def _iterate(collections: Mapping[str, Any], relay: Relay[Any]) -> Iterator[Any]:
+def iterate(collections: Mapping[str, Any], relay: Relay[Any]) -> Iterator[Any]:
+    """Run ``relay``'s operation synchronously, yielding what it emits."""
     while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
@@ -96,12 +92,8 @@ def _iterate(collections: Mapping[str, Any], relay: Relay[Any]) -> Iterator[Any]
             relay.failed(exc)
 
 
-def aiterate(collections: Mapping[str, Any], operation: Operation[Any]) -> AsyncIterator[Any]:
-    """Run ``operation`` asynchronously, yielding what it emits."""
-    return _aiterate(collections, Relay(operation))
-
-
-async def _aiterate(collections: Mapping[str, Any], relay: Relay[Any]) -> AsyncIterator[Any]:
+async def aiterate(collections: Mapping[str, Any], relay: Relay[Any]) -> AsyncIterator[Any]:
+    """Run ``relay``'s operation asynchronously, yielding what it emits."""
     while (step := relay.next_step()) is not None:
         if isinstance(step, Emit):
             yield step.item
@@ -119,7 +111,7 @@ def _emitted(item: Any) -> TypeError:
 def run(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` synchronously and return its result."""
     relay = Relay(operation)
-    for item in _iterate(collections, relay):
+    for item in iterate(collections, relay):
         raise _emitted(item)
     return relay.value
 
@@ -127,7 +119,7 @@ def run(collections: Mapping[str, Any], operation: Operation[T]) -> T:
 async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     """Run a non-emitting ``operation`` asynchronously and return its result."""
     relay = Relay(operation)
-    async for item in _aiterate(collections, relay):
+    async for item in aiterate(collections, relay):
         raise _emitted(item)
     return relay.value
 
@@ -229,7 +221,7 @@ class SyncDriver:
         return await asyncio.to_thread(self._join_background, timeout, stop=stop)
 
     def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
-        return iterate(self.collections, self._prepared(operation, span))
+        return iterate(self.collections, Relay(self._prepared(operation, span)))
 
     async def _arun(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
         return await asyncio.to_thread(self._run, operation, span)
@@ -313,7 +305,7 @@ class AsyncDriver:
         self, operation: Operation[Any], span: SpanInfo | None = None
     ) -> AsyncIterator[Any]:
         self._bind_running_loop()
-        async for item in aiterate(self.collections, self._prepared(operation, span)):
+        async for item in aiterate(self.collections, Relay(self._prepared(operation, span))):
             yield item
 
     def _run(self, operation: Operation[T], span: SpanInfo | None = None) -> T:
