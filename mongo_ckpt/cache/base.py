@@ -102,22 +102,12 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
 
         When the saver's serde is an ``EncryptedSerializer`` the cache uses it too.
         """
-        return cls._sharing(saver, cls._saver_type, "saver", kwargs)
+        return cls(*shared_client(cls, "cache", saver, cls._saver_type, "saver", kwargs), **kwargs)
 
     @classmethod
     def from_store(cls, store: Any, **kwargs: Any) -> Self:
         """A cache on the store's client and database, as ``from_saver``."""
-        return cls._sharing(store, cls._store_type, "store", kwargs)
-
-    @classmethod
-    def _sharing(
-        cls,
-        owner: Any,
-        expected: type[MongoSaverBase[Any]] | type[MongoStoreBase[Any, Any]],
-        kind: str,
-        kwargs: dict[str, Any],
-    ) -> Self:
-        return cls(*shared_client(cls, "cache", owner, expected, kind, kwargs), **kwargs)
+        return cls(*shared_client(cls, "cache", store, cls._store_type, "store", kwargs), **kwargs)
 
     if TYPE_CHECKING:  # the drivers, from ``drivers.SyncDriver`` or ``drivers.AsyncDriver``
 
