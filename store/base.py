@@ -259,10 +259,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         upgrade takes included (``schema.LADDERS``; idempotent; with one layout there is
         nothing to do). A coroutine on ``AsyncMongoDBStore``."""
         self._is_setup = False  # setup first, as on first use
-        self._run(self._upgraded(), SpanInfo("upgrade"))
-
-    def _upgraded(self) -> Operation[None]:
-        yield from self.ops.upgrade(self.db.name, self._names)
+        self._run(self.ops.upgrade(self.db.name, self._names), SpanInfo("upgrade"))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops``: gets in one query, puts in one ``bulk_write``; results in op order."""
@@ -293,7 +290,7 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
     async def aupgrade(self) -> None:
         """Async ``upgrade``."""
         self._is_setup = False  # setup first, as on first use
-        await self._arun(self._upgraded(), SpanInfo("upgrade"))
+        await self._arun(self.ops.upgrade(self.db.name, self._names), SpanInfo("upgrade"))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async ``batch``."""
