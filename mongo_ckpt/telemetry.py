@@ -179,6 +179,8 @@ class OperationTracer:
 
         ``thread_ids``: further threads the operation names (a copy's target, a prune's
         threads), which its error messages may quote."""
+        from opentelemetry.trace import SpanKind
+
         attributes: dict[str, Any] = {
             "db.system.name": "mongodb",
             "db.namespace": self._db_name,
@@ -196,17 +198,6 @@ class OperationTracer:
 
         def scrub(text: str, error: BaseException) -> str:
             return self.scrubbed(text, [*named, *_threads_named(error)], namespaces)
-
-        return self._spanned(name, attributes, operation, scrub)
-
-    def _spanned(
-        self,
-        name: str,
-        attributes: dict[str, Any],
-        operation: Operation[T],
-        scrub: Callable[[str, BaseException], str],
-    ) -> Operation[T]:
-        from opentelemetry.trace import SpanKind
 
         span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         counts = _Counts()
