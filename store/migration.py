@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from langgraph.store.base import InvalidNamespaceError
@@ -62,6 +63,14 @@ class StoreProgress:
     expired: int = 0
     vectors: int = 0
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+
+    def mismatch(
+        self, namespace: Sequence[str], key: str | None, via: str, expected: Any, found: Any
+    ) -> None:
+        """Record a difference the store read back (``via`` its ``get`` or ``search``)."""
+        self.mismatches.append(
+            dict(namespace=list(namespace), key=key, via=via, expected=expected, found=found)
+        )
 
 
 def source_ttl_seconds(index_information: Mapping[str, Mapping[str, Any]]) -> float | None:
@@ -184,14 +193,8 @@ def migrate_official_store(
     counts = StoreProgress(total=source.estimated_document_count(), items=mark.get("items", 0))
     query = {"_id": {"$gt": mark["last_id"]}} if "last_id" in mark else {}
     projection = {"namespace_prefix": 0}
-    cursor = source.find(query, projection, sort=[("_id", 1)], batch_size=batch)
-    chunk: list[Mapping[str, Any]] = []
-    for doc in cursor:
-        chunk.append(doc)
-        if len(chunk) >= batch:
-            _write(chunk, store, marks, key, ttl_seconds, vectors, counts, progress)
-            chunk = []
-    if chunk:
+    cursor = iter(source.find(query, projection, sort=[("_id", 1)], batch_size=batch))
+    while chunk := list(islice(cursor, batch)):
         _write(chunk, store, marks, key, ttl_seconds, vectors, counts, progress)
     return counts
 
@@ -252,15 +255,7 @@ def verify_official_store(
         expected = (doc["value"], utc(doc["created_at"]), utc(doc["updated_at"]))
         found = None if item is None else (item.value, item.created_at, item.updated_at)
         if found != expected:
-            counts.mismatches.append(
-                {
-                    "namespace": list(namespace),
-                    "key": doc["key"],
-                    "via": "get",
-                    "expected": repr(expected),
-                    "found": repr(found),
-                }
-            )
+            counts.mismatch(namespace, doc["key"], "get", repr(expected), repr(found))
         by_namespace.setdefault(namespace, {})[doc["key"]] = doc["value"]
         counts.items += 1
         if progress and counts.items % 100 == 0:
@@ -273,15 +268,7 @@ def verify_official_store(
             if item.namespace == namespace
         }
         if found_items != expected_items:
-            counts.mismatches.append(
-                {
-                    "namespace": list(namespace),
-                    "key": None,
-                    "via": "search",
-                    "expected": sorted(expected_items),
-                    "found": sorted(found_items),
-                }
-            )
+            counts.mismatch(namespace, None, "search", sorted(expected_items), sorted(found_items))
     if progress:
         progress(counts)
     return counts
