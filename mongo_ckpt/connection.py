@@ -135,10 +135,7 @@ def acknowledged(owner: object, collection: Any, also: str = "") -> Any:
 def with_write_concern(collection: Any, write_concern: WriteConcern | None) -> Any:
     """``collection`` writing with ``write_concern``; as is when ``None`` or when the client
     library has no write concerns (mongomock, mongomock-motor)."""
-    if write_concern is None:
-        return collection
-    modules = {klass.__module__.split(".")[0] for klass in type(collection).__mro__}
-    if modules & {"mongomock", "mongomock_motor"}:
+    if write_concern is None or _is_mongomock(collection):
         return collection
     try:
         return collection.with_options(write_concern=write_concern)
