@@ -114,9 +114,7 @@ def match_clauses(
 
 def _prefix_clauses(path: tuple[str, ...], levels: str, labels: str) -> list[dict[str, Any]]:
     # The leading labels before any wildcard are one indexed equality on ``levels``.
-    fixed = 0
-    while fixed < len(path) and path[fixed] != WILDCARD:
-        fixed += 1
+    fixed = next((i for i, label in enumerate(path) if label == WILDCARD), len(path))
     clauses: list[dict[str, Any]] = [{levels: joined(path[:fixed])}] if fixed else []
     clauses.extend(
         {f"{labels}.{i}": label} for i, label in enumerate(path) if i >= fixed and label != WILDCARD
