@@ -219,15 +219,10 @@ def _equal(a: Any, b: Any) -> bool:
 
 def _compare(a: Any, b: Any) -> int:
     """-1, 0 or 1: BSON order of two values of one type bracket."""
-    if isinstance(a, Mapping):  # field by field: value type, then name, then value
-        for (ka, va), (kb, vb) in zip(a.items(), b.items()):
+    if isinstance(a, Mapping) or _is_array(a):  # by field: value type, then name, then value
+        fields = (lambda v: v.items()) if isinstance(a, Mapping) else enumerate
+        for (ka, va), (kb, vb) in zip(fields(a), fields(b)):
             order = _order(_rank(va), _rank(vb)) or _order(ka, kb) or _compare(va, vb)
-            if order:
-                return order
-        return _order(len(a), len(b))
-    if _is_array(a):
-        for va, vb in zip(a, b):
-            order = _order(_rank(va), _rank(vb)) or _compare(va, vb)
             if order:
                 return order
         return _order(len(a), len(b))
