@@ -313,12 +313,9 @@ class AsyncDriver:
 
     def _iter(self, operation: Operation[Any], span: SpanInfo | None = None) -> Iterator[Any]:
         items = self._aiter(operation, span)
-        while True:
-            try:
-                yield self._on_loop(_next(items))
-            except StopAsyncIteration:
-                return
+        while (item := self._on_loop(_next(items))) is not _DONE:
+            yield item
 
 
 async def _next(items: AsyncIterator[Any]) -> Any:
-    return await anext(items)
+    return await anext(items, _DONE)
