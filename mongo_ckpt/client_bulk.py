@@ -68,13 +68,43 @@ class PutPath:
 
     def decide(self, db_name: str, collections: Mapping[str, str]) -> Operation[None]:
         """Once (at the owner's first setup): whether writes go as one client-level bulk
-        write (``decide``), to ``collections`` (by logical name) of database ``db_name``."""
-        if not self.decided:
-            if (yield from decide(self.client, self.wanted)):
-                self.namespaces = {
-                    logical: f"{db_name}.{name}" for logical, name in collections.items()
-                }
+        write, to ``collections`` (by logical name) of database ``db_name``: with ``wanted``
+        ``None`` when the server and the client library have it (one ``hello`` per client),
+        ``False`` never, ``True`` always (raises ``ClientBulkWriteUnavailable`` when they do
+        not)."""
+        if self.decided or self.wanted is False:
             self.decided = True
+            return
+        client = self.client
+        library = has_bulk_write(client)
+        supported = library and _SERVER_HAS.get(id(client))
+        if library and supported is None:
+            try:
+                reply = yield from command(CLIENT, {"hello": 1})
+            except OperationFailure:  # a server older than 4.4.2 has no hello (nor bulkWrite)
+                reply = {}
+            supported = reply.get("maxWireVersion", 0) >= WIRE_VERSION
+            _SERVER_HAS[id(client)] = supported
+            weakref.finalize(client, _SERVER_HAS.pop, id(client), None)
+        if self.wanted and not supported:
+            lacking = (
+                "the server is older than MongoDB 8.0"
+                if library
+                else (
+                    f"{type(client).__module__.split('.')[0]}.{type(client).__name__} has no "
+                    "MongoClient.bulk_write"
+                )
+            )
+            raise ClientBulkWriteUnavailable(
+                "client_bulk_write=True needs MongoDB 8.0+ and a client library with "
+                f"MongoClient.bulk_write (PyMongo 4.9+, Motor 3.7+), but {lacking}: pass "
+                "client_bulk_write=None to use it where available, or False never to"
+            )
+        if supported:
+            self.namespaces = {
+                logical: f"{db_name}.{name}" for logical, name in collections.items()
+            }
+        self.decided = True
 
     def refused(self, error: OperationFailure | InvalidOperation) -> None:
         """A put's client bulk write failed as a whole with ``error``, because the primary
@@ -116,36 +146,3 @@ def has_bulk_write(client: Any) -> bool:
     """Whether the client library has the client-level ``bulk_write`` (looked up on the
     class: PyMongo and mongomock clients answer any attribute with a database)."""
     return callable(getattr(type(client), "bulk_write", None))
-
-
-def decide(client: Any, wanted: bool | None) -> Operation[bool]:
-    """Whether puts use one client-level bulk write: ``wanted`` ``None`` when the server and
-    the client library have it (one ``hello`` per client), ``False`` never, ``True`` always
-    (raises ``ClientBulkWriteUnavailable`` when they do not)."""
-    if wanted is False:
-        return False
-    library = has_bulk_write(client)
-    supported = library and _SERVER_HAS.get(id(client))
-    if library and supported is None:
-        try:
-            reply = yield from command(CLIENT, {"hello": 1})
-        except OperationFailure:  # a server older than 4.4.2 has no hello (nor bulkWrite)
-            reply = {}
-        supported = reply.get("maxWireVersion", 0) >= WIRE_VERSION
-        _SERVER_HAS[id(client)] = supported
-        weakref.finalize(client, _SERVER_HAS.pop, id(client), None)
-    if wanted and not supported:
-        lacking = (
-            "the server is older than MongoDB 8.0"
-            if library
-            else (
-                f"{type(client).__module__.split('.')[0]}.{type(client).__name__} has no "
-                "MongoClient.bulk_write"
-            )
-        )
-        raise ClientBulkWriteUnavailable(
-            "client_bulk_write=True needs MongoDB 8.0+ and a client library with "
-            f"MongoClient.bulk_write (PyMongo 4.9+, Motor 3.7+), but {lacking}: pass "
-            "client_bulk_write=None to use it where available, or False never to"
-        )
-    return bool(supported)
