@@ -64,14 +64,7 @@ _ACCEPTED: dict[str, tuple[tuple[str, str], ...]] = {
         ("mongomock_motor", "AsyncMongoMockClient"),
     ),
 }
-_PARTNERS = {
-    "MongoDBSaver": "AsyncMongoDBSaver",
-    "AsyncMongoDBSaver": "MongoDBSaver",
-    "MongoDBStore": "AsyncMongoDBStore",
-    "AsyncMongoDBStore": "MongoDBStore",
-    "MongoDBCache": "AsyncMongoDBCache",
-    "AsyncMongoDBCache": "MongoDBCache",
-}
+_PAIRED = ("MongoDBSaver", "MongoDBStore", "MongoDBCache")  # each with its Async... partner
 _WANTED = {
     "sync": "a synchronous MongoClient (pymongo.MongoClient or mongomock.MongoClient)",
     "async": (
@@ -108,8 +101,9 @@ def check_client(owner: str, mode: Mode, client: Any) -> None:
     message = f"{owner} needs {_WANTED[mode]}; got {_qualname(client)}"
     if isinstance(client, str):
         message += f" {client[:40]!r} — to connect to a URI use {owner}.from_conn_string(uri)"
-    elif found is not None and owner in _PARTNERS:
-        message += f" — use {_PARTNERS[owner]}"
+    elif found is not None and owner.removeprefix("Async") in _PAIRED:
+        partner = owner.removeprefix("Async") if owner.startswith("Async") else f"Async{owner}"
+        message += f" — use {partner}"
     raise TypeError(message)
 
 
