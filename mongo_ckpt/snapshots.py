@@ -3,6 +3,7 @@ runs next, history rows with their stored size, channel diffs and JSON-safe valu
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,17 +85,14 @@ def history_rows(
     """A row per checkpoint document, in the given order. ``bytes``: the checkpoint
     document, its pending writes and the channel values it stored first (those its
     parent does not name)."""
-    blob_bytes: dict[Key, int] = {}
+    blob_bytes: Counter[Key] = Counter()
     for doc in blobs:
-        key = key_of(doc, BLOB_KEY)
-        blob_bytes[key] = blob_bytes.get(key, 0) + document_size(doc)
-    write_bytes: dict[Key, int] = {}
-    write_count: dict[Key, int] = {}
+        blob_bytes[key_of(doc, BLOB_KEY)] += document_size(doc)
+    write_bytes: Counter[Key] = Counter()
+    write_count: Counter[Key] = Counter()
     for doc in writes:
-        key = key_of(doc)
-        write_bytes[key] = write_bytes.get(key, 0) + document_size(doc)
-        if doc.get("part", 0) == 0:
-            write_count[key] = write_count.get(key, 0) + 1
+        write_bytes[key_of(doc)] += document_size(doc)
+        write_count[key_of(doc)] += doc.get("part", 0) == 0
     refs = {key_of(doc): _refs(doc) for doc in checkpoints}
     rows = []
     for doc in checkpoints:
@@ -190,21 +188,20 @@ def diff_values(
     (DeltaChannels without a stored value at either checkpoint) are ``not compared``."""
     out = []
     for channel in sorted(set(a) | set(b) | set(rebuilt)):
+        before, after, new = a.get(channel), b.get(channel), None
         if channel in rebuilt:
-            out.append(ChannelDiff(channel, "not compared", a.get(channel), b.get(channel)))
+            status = "not compared"
         elif channel not in b:
-            out.append(ChannelDiff(channel, "removed", a[channel], None))
+            status = "removed"
         elif channel not in a:
-            out.append(ChannelDiff(channel, "added", None, b[channel]))
-        elif a[channel] == b[channel]:
-            out.append(ChannelDiff(channel, "unchanged", a[channel], b[channel]))
+            status = "added"
+        elif before == after:
+            status = "unchanged"
         elif (
-            isinstance(a[channel], list)
-            and isinstance(b[channel], list)
-            and b[channel][: len(a[channel])] == a[channel]
+            isinstance(before, list) and isinstance(after, list) and after[: len(before)] == before
         ):
-            new = b[channel][len(a[channel]) :]
-            out.append(ChannelDiff(channel, "appended", a[channel], b[channel], new))
+            status, new = "appended", after[len(before) :]
         else:
-            out.append(ChannelDiff(channel, "changed", a[channel], b[channel]))
+            status = "changed"
+        out.append(ChannelDiff(channel, status, before, after, new))
     return out
