@@ -166,14 +166,12 @@ def _holds(reached: Reached, condition: Any) -> bool:
 
 
 def _operator(reached: Reached, op: str, operand: Any) -> bool:
+    if op in ("$ne", "$nin"):
+        return not _operator(reached, {"$ne": "$eq", "$nin": "$in"}[op], operand)
     if op == "$eq":
         return _equal_any(reached, operand)
-    if op == "$ne":
-        return not _equal_any(reached, operand)
     if op == "$in":
         return any(_equal_any(reached, candidate) for candidate in operand)
-    if op == "$nin":
-        return not any(_equal_any(reached, candidate) for candidate in operand)
     if op == "$exists":
         return bool(any(v is not _MISSING for v, _ in reached) == operand)
     if op == "$type":  # only {"$type": "object"}, for an empty nested filter
