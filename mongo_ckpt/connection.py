@@ -18,7 +18,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.write_concern import WriteConcern
 
-from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop
+from mongo_ckpt.drivers import AsyncDriver, SyncDriver, run_on_loop, running_loop
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.inprocess import patch_mongomock_bulk
 
@@ -234,10 +234,8 @@ class AsyncClientOwner(ClientOwner):
 
     def _adopt_client(self, client: Any) -> None:
         super()._adopt_client(client)
-        try:  # built inside the application's loop: sync calls from other threads work at once
-            self.loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+        # Built inside the application's loop: sync calls from other threads work at once.
+        self.loop = running_loop()
 
     @staticmethod
     @asynccontextmanager

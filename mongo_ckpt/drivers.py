@@ -124,6 +124,14 @@ async def arun(collections: Mapping[str, Any], operation: Operation[T]) -> T:
     return relay.value
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def run_on_loop(
     coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None, owner: str
 ) -> T:
@@ -132,11 +140,7 @@ def run_on_loop(
     This is how the sync methods of the async saver and store work; calling them
     from the loop's own thread would deadlock, so that is refused.
     """
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is not None and running is loop:
+    if loop is not None and running_loop() is loop:
         coro.close()
         raise asyncio.InvalidStateError(
             f"Synchronous calls to {owner} are only allowed from a different thread. From "
@@ -260,12 +264,8 @@ class AsyncDriver:
         """Run ``operation`` in a task on the saver's loop unless one is running (called
         from the loop or, for the sync methods, another thread); its error is logged on the
         ``mongo_ckpt`` logger, never raised."""
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
         loop = self.loop
-        if running is not None and running is loop:
+        if loop is not None and running_loop() is loop:
             self._spawn(operation, what, span)
         elif loop is not None and loop.is_running():
             loop.call_soon_threadsafe(self._spawn, operation, what, span)
