@@ -213,16 +213,13 @@ class SyncClientOwner(ClientOwner):
         ``timeout_ms`` or ``client_kwargs`` set it.
         """
         options = _client_kwargs(conn_string, client_kwargs, timeout_ms)
-        client: MongoClient[dict[str, Any]] = MongoClient(conn_string, **options)
-        try:
+        with MongoClient(conn_string, **options) as client:
             owner = build(client)
             try:
                 yield owner
             finally:
                 if isinstance(owner, SyncDriver):  # its background upkeep stops first
                     owner._join_background(None, stop=True)
-        finally:
-            client.close()
 
 
 class AsyncClientOwner(ClientOwner):
@@ -248,16 +245,13 @@ class AsyncClientOwner(ClientOwner):
         """``build(client)`` on a new ``AsyncMongoClient`` that is closed when the context
         exits (``timeoutMS`` as in ``SyncClientOwner.owning``)."""
         options = _client_kwargs(conn_string, client_kwargs, timeout_ms)
-        client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(conn_string, **options)
-        try:
+        async with AsyncMongoClient(conn_string, **options) as client:
             owner = build(client)
             try:
                 yield owner
             finally:
                 if isinstance(owner, AsyncDriver):  # its background upkeep stops first
                     await owner._ajoin_background(None, stop=True)
-        finally:
-            await client.close()
 
     def _bind_running_loop(self) -> None:
         self.loop = asyncio.get_running_loop()
