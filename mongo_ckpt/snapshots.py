@@ -29,13 +29,8 @@ def next_nodes(checkpoint: Checkpoint, available: Collection[str]) -> list[str]:
     seen = checkpoint.get("versions_seen") or {}
     nodes = []
     for channel, version in (checkpoint.get("channel_versions") or {}).items():
-        if channel not in available:
-            continue
-        if channel == START:
-            node = START
-        elif channel.startswith(BRANCH_PREFIX):
-            node = channel[len(BRANCH_PREFIX) :]
-        else:
+        node = channel.removeprefix(BRANCH_PREFIX)  # ``__start__`` triggers itself
+        if channel not in available or node == channel != START:
             continue
         last_seen = (seen.get(node) or {}).get(channel)
         if last_seen is None or _version_key(last_seen) < _version_key(version):
