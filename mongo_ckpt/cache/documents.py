@@ -178,9 +178,9 @@ def to_bson_time(moment: datetime) -> datetime:
     return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
-def expiry(now: datetime, ttl: float) -> datetime:
-    """When an entry set at ``now`` with ``ttl`` seconds expires."""
-    return to_bson_time(now + timedelta(seconds=ttl))
+def expiry(now: datetime, ttl: float | None) -> datetime | None:
+    """When an entry set at ``now`` with ``ttl`` seconds expires (``None``: never)."""
+    return None if ttl is None else to_bson_time(now + timedelta(seconds=ttl))
 
 
 def entry(

@@ -95,11 +95,7 @@ class CacheOperations:
             return
         now = yield from self.clock.now()
         requests = [
-            documents.upsert(
-                documents.entry(
-                    key, encoding, data, None if ttl is None else documents.expiry(now, ttl)
-                )
-            )
+            documents.upsert(documents.entry(key, encoding, data, documents.expiry(now, ttl)))
             for key, (encoding, data, ttl) in entries.items()
         ]
         yield from bulk_write(CACHE, requests, ordered=False)
