@@ -298,7 +298,6 @@ class AsyncDriver:
         return task.done()
 
     def _join_background(self, timeout: float | None, *, stop: bool = False) -> bool:
-        """``_ajoin_background`` from another thread."""
         return self._on_loop(self._ajoin_background(timeout, stop=stop))
 
     async def _aiter(

@@ -331,7 +331,6 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
 
     @property
     def _names(self) -> dict[str, str]:
-        """The store's collection names, by logical name."""
         return {logical: self.collections[logical].name for logical in (STORE, REGISTRY)}
 
     @property

@@ -546,7 +546,6 @@ class StoreOperations:
         return None
 
     def _item(self, op: PutOp, embedded: Embedded, now: datetime) -> dict[str, Any]:
-        """The fields ``op`` stores (``documents.item_fields``)."""
         assert op.value is not None
         return documents.item_fields(
             op.namespace,

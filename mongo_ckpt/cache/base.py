@@ -121,7 +121,6 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
         return operation
 
     def _operation(self, name: str, operation: Operation[T]) -> Operation[T]:
-        """``operation``, preceded by setup on first use; in a span when traced."""
         return self._traced(name, self._after_setup(operation))
 
     def _traced(self, name: str, operation: Operation[T]) -> Operation[T]:
