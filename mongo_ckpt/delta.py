@@ -73,10 +73,12 @@ def range_history_pipeline(
     collections: Mapping[str, str],
     thread_id: str,
     checkpoint_ns: str,
-    checkpoint_id: str,
+    checkpoint_id: str | None,
     channels: Sequence[str],
     floor: str | None,
     limit: int,
+    *,
+    whole: bool = False,
 ) -> list[Stage]:
     """``history_pipeline`` with the ancestors read as a range of checkpoint ids.
 
@@ -87,42 +89,24 @@ def range_history_pipeline(
     thread it holds the target's siblings too: ``on_chain`` keeps what is on the
     target's parent chain, or says the range cannot be trusted. Same output as
     ``history_pipeline``; nothing when the target is not stored.
+
+    ``whole``: ``reading.tuple_pipeline`` in the same aggregation, for the checkpoint
+    ``checkpoint_id`` (the newest one if ``None``): its values and pending writes too, as
+    ``{"checkpoint": doc}`` once, ``{"tv": True, "b": part}`` per part of a value it names
+    and ``{"tw": True, "w": part}`` per part of its writes (``split_prefetched`` turns
+    these into ``tuple_pipeline``'s); nothing when the newest checkpoint of the range is
+    not the one asked for or is pending (the caller reads the tuple alone).
     """
     return [
-        *range_chain_stages(thread_id, checkpoint_ns, checkpoint_id, floor, limit),
-        *_history_stages(collections, thread_id, checkpoint_ns, channels, MAX_DEPTH),
-    ]
-
-
-def tuple_history_pipeline(
-    collections: Mapping[str, str],
-    thread_id: str,
-    checkpoint_ns: str,
-    checkpoint_id: str | None,
-    channels: Sequence[str],
-    floor: str | None,
-    limit: int,
-) -> list[Stage]:
-    """``reading.tuple_pipeline`` and ``range_history_pipeline`` in one aggregation: the
-    checkpoint ``checkpoint_id`` (the newest one if ``None``) with its values and
-    pending writes, and the history of ``channels`` there, from one range read.
-
-    Output: ``range_history_pipeline``'s documents, plus ``{"checkpoint": doc}`` once,
-    ``{"tv": True, "b": part}`` per part of a value it names and ``{"tw": True, "w":
-    part}`` per part of its writes (``split_prefetched`` turns these into
-    ``tuple_pipeline``'s). Nothing when the newest checkpoint of the range is not the one
-    asked for or is pending: the caller reads the tuple alone.
-    """
-    return [
-        *range_chain_stages(thread_id, checkpoint_ns, checkpoint_id, floor, limit, whole=True),
-        *_history_stages(collections, thread_id, checkpoint_ns, channels, MAX_DEPTH, True),
+        *range_chain_stages(thread_id, checkpoint_ns, checkpoint_id, floor, limit, whole=whole),
+        *_history_stages(collections, thread_id, checkpoint_ns, channels, MAX_DEPTH, whole),
     ]
 
 
 def split_prefetched(
     docs: Iterable[Mapping[str, Any]],
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """``tuple_history_pipeline`` output as ``reading.tuple_pipeline`` output (for
+    """``range_history_pipeline(whole=True)`` output as ``reading.tuple_pipeline`` output (for
     ``reading.split_joined``) and ``range_history_pipeline`` output (for ``on_chain``)."""
     tuple_docs: list[Mapping[str, Any]] = []
     history: list[Mapping[str, Any]] = []
@@ -147,7 +131,7 @@ def _history_stages(
     whole: bool = False,
 ) -> list[Stage]:
     """The stages after the chain: seeds, lookups and the parts found (``whole``: and the
-    target's tuple, ``tuple_history_pipeline``)."""
+    target's tuple, ``range_history_pipeline``)."""
     return [
         *seed_depth_stages(channels),
         *work_item_stages(thread_id, checkpoint_ns, channels, max_depth, whole),

@@ -16,8 +16,8 @@
   history read at its newest target found: their ids bound the next read's range
   (``delta.range_history_pipeline``) from below.
 - Per checkpoint (``PREFETCHED_BYTES`` of their stored parts, ``PREFETCH_SECONDS`` at
-  most), the DeltaChannel history its ``get_tuple`` read along
-  (``delta.tuple_history_pipeline``), taken by the history call that follows; and per
+  most), the DeltaChannel history its ``get_tuple`` read along (``whole`` of
+  ``delta.range_history_pipeline``), taken by the history call that follows; and per
   thread and namespace (``CACHED_CHECKPOINTS`` of them) the newest checkpoint a read of the
   latest found, so an instance that only reads (one polling ``get_state``) expects it
   next time as a writer expects the one it wrote.

@@ -43,7 +43,6 @@ from mongo_ckpt.delta import (
     range_limit,
     seed_ids,
     split_prefetched,
-    tuple_history_pipeline,
     walk_cut_short,
 )
 from mongo_ckpt.identifiers import check_limit, coerce_id, thread_key
@@ -167,7 +166,7 @@ class CheckpointOperations(WriteOperations, CopyOperations):
 
         When this instance knows the checkpoint it will find (the latest: the one it wrote
         or found last) and that checkpoint replays DeltaChannels, the aggregation also reads
-        their history (``delta.tuple_history_pipeline``), kept for the
+        their history (``delta.range_history_pipeline``, ``whole``), kept for the
         ``get_delta_channel_history`` LangGraph makes next; if the range read does not
         start at a checkpoint to return, the tuple is read alone."""
         thread_id, checkpoint_ns, checkpoint_id = thread_key(config)
@@ -224,8 +223,9 @@ class CheckpointOperations(WriteOperations, CopyOperations):
     def _prefetch(
         self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
     ) -> _Prefetch | None:
-        """The ``tuple_history_pipeline`` of a ``get_tuple``, when this instance expects the
-        checkpoint it finds to replay DeltaChannels and knows a bound of their seeds."""
+        """The history read along a ``get_tuple`` (``range_history_pipeline``, ``whole``),
+        when this instance expects the checkpoint it finds to replay DeltaChannels and
+        knows a bound of their seeds."""
         expected = self.memory.replayed(thread_id, checkpoint_ns, checkpoint_id)
         if expected is None:
             return None
@@ -234,9 +234,8 @@ class CheckpointOperations(WriteOperations, CopyOperations):
         if limit is None:
             return None
         collections = self.layout.by_logical()
-        pipeline = tuple_history_pipeline(
-            collections, thread_id, checkpoint_ns, checkpoint_id, channels, floor, limit
-        )
+        at = (thread_id, checkpoint_ns, checkpoint_id)
+        pipeline = range_history_pipeline(collections, *at, channels, floor, limit, whole=True)
         return _Prefetch(pipeline, channels, limit)
 
     def _range_bound(

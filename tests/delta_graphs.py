@@ -236,7 +236,7 @@ class DefaultWalk:
     saver's checkpoints, each read once (the thread must not change while it is
     compared), so walking from every checkpoint of a thread stays cheap. They are read
     with ``list`` of the checkpoint's own config, the same tuple as ``get_tuple``: the
-    saver's ``get_tuple`` may read a history along (``delta.tuple_history_pipeline``),
+    saver's ``get_tuple`` may read a history along (``delta.range_history_pipeline(whole=True)``),
     which the walk must neither pay for nor leave to the override it is compared with."""
 
     def __init__(self, saver: MongoSaverBase) -> None:
@@ -274,7 +274,7 @@ class HistoryWalks:
     """Wraps a saver's ``checkpoints`` collection (``restore`` unwraps it) and keeps the
     ``$graphLookup`` ``maxDepth`` of every history walk sent to it, and the reading stages
     (``$match``, ``$sort``, ``$limit``) of every history range read (a ``get_tuple``'s
-    among them: ``delta.tuple_history_pipeline``)."""
+    among them: ``delta.range_history_pipeline(whole=True)``)."""
 
     def __init__(self, saver: MongoSaverBase) -> None:
         self.saver = saver

@@ -134,7 +134,8 @@ async def check_prefetched(
 ) -> None:
     """What LangGraph does to load a checkpoint that replays the channel: ``get_tuple``,
     then the history. The history the ``get_tuple`` read along, when it could
-    (``delta.tuple_history_pipeline``), equals the base class's walk, and costs no read."""
+    (``delta.range_history_pipeline(whole=True)``), equals the base class's walk, and
+    costs no read."""
     if isinstance(saver, AsyncMongoDBSaver):
         loaded = await saver.aget_tuple(t.config)
     else:

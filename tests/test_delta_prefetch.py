@@ -2,10 +2,11 @@
 
 When the saver expects the checkpoint a ``get_tuple`` finds (the latest: the one it wrote
 or found last) to replay DeltaChannels, the same aggregation reads their history
-(``delta.tuple_history_pipeline``), and the ``get_delta_channel_history`` LangGraph makes
-next takes it. Real graphs (the benchmark conversation) against ``InMemorySaver`` fed the
-same turns: the loads must be right whichever instance wrote last, with a put in flight,
-and with another instance deleting or pruning the thread between the two calls.
+(``delta.range_history_pipeline(whole=True)``), and the ``get_delta_channel_history``
+LangGraph makes next takes it. Real graphs (the benchmark conversation) against
+``InMemorySaver`` fed the same turns: the loads must be right whichever instance wrote
+last, with a put in flight, and with another instance deleting or pruning the thread
+between the two calls.
 """
 
 from __future__ import annotations
