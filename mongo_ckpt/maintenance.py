@@ -487,22 +487,12 @@ def delete_idle(
         now = yield from server_now()
         own = yield from thread_settings.own_ttls(thread_settings.of(chosen))
         cutoffs = {t: min(cutoff, _cutoff(now, limit)) for t, limit in own.items()}
-        expire = _prune_idle if strategy == "keep_latest" else _expire
-        yield from expire(forget, chosen, cutoff, cutoffs, now, deleted)
+        keep_latest = strategy == "keep_latest"
+        yield from _expire(forget, chosen, cutoff, cutoffs, now, deleted, keep_latest)
     if not ids:  # it finishes a sweep (or prune) cut after its delete
         now = yield from server_now()
         yield from _delete_unneeded([], now, deleted)
     return deleted
-
-
-def _spare_active(cutoff: datetime, cutoffs: Mapping[str, datetime]) -> Spare:
-    """Spare every checkpoint of the threads active since ``cutoff`` (``_active_threads``)."""
-
-    def active(stored: Sequence[Mapping[str, Any]], gone: set[Key]) -> set[Key]:
-        recent = _active_threads(stored, cutoff, cutoffs)
-        return {k for k in gone if k[0] in recent}
-
-    return active
 
 
 def _expire(
@@ -512,51 +502,41 @@ def _expire(
     cutoffs: Mapping[str, datetime],
     now: datetime,
     deleted: Deleted,
+    keep_latest: bool,
 ) -> Operation[None]:
-    """Delete those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``), and
-    their settings; count them into ``deleted``.
+    """Delete those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``) with
+    their settings or, ``keep_latest``, prune them to their latest checkpoints (and the
+    ancestors those replay DeltaChannels from, as ``prune``); count them into ``deleted``.
 
     Tombstones first, then a look for checkpoints stored since the cutoff: a put that
-    came first makes its thread active again; one that comes later finds its parent
-    tombstoned and takes its checkpoint back; one without a parent (a new conversation
-    on the thread id) is not one this call tombstoned, so it stays.
+    came first makes its thread active again, spared whole; one that comes later finds its
+    parent tombstoned and takes its checkpoint back; one without a parent (a new
+    conversation on the thread id) is not one this call tombstoned, so it stays.
     """
-    spare = _spare_active(cutoff, cutoffs)
-    stored = yield from _delete_tombstoned(thread_ids, None, spare, now, deleted)
+    planned = None
+    if keep_latest:
+        forget(thread_ids)
+        _, doomed = yield from prune_plan(thread_ids)
+        planned = {key_of(s) for s in doomed}
+        if not planned:
+            return
+
+    def spare(stored: Sequence[Document], gone: set[Key]) -> set[Key]:
+        recent = _active_threads(stored, cutoff, cutoffs)
+        active = {k for k in gone if k[0] in recent}
+        return active | _needed_by_survivors(stored, gone) if keep_latest else active
+
+    stored = yield from _delete_tombstoned(thread_ids, planned, spare, now, deleted)
     recent = _active_threads(stored, cutoff, cutoffs)
+    if planned is not None:
+        deleted.threads.extend(sorted({k[0] for k in planned if k[0] not in recent}))
+        yield from _delete_unneeded(thread_ids, now, deleted)
+        return
     expired = [t for t in thread_ids if t not in recent]
     forget(expired)
     deleted.threads.extend(expired)
     yield from _delete_unneeded(expired, now, deleted)
     yield from _delete_settings(expired, deleted)
-
-
-def _prune_idle(
-    forget: Forget,
-    thread_ids: Sequence[str],
-    cutoff: datetime,
-    cutoffs: Mapping[str, datetime],
-    now: datetime,
-    deleted: Deleted,
-) -> Operation[None]:
-    """Prune those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``) to their
-    latest checkpoints (and the ancestors those replay DeltaChannels from), as ``prune``;
-    the ones it pruned go into ``deleted.threads``. A thread with a checkpoint stored since
-    its cutoff, found at the look after the tombstones, is spared whole, as by ``_expire``."""
-    forget(thread_ids)
-    _, doomed = yield from prune_plan(thread_ids)
-    planned = {key_of(s) for s in doomed}
-    if not planned:
-        return
-    active = _spare_active(cutoff, cutoffs)
-
-    def spare(stored: Sequence[Document], gone: set[Key]) -> set[Key]:
-        return active(stored, gone) | _needed_by_survivors(stored, gone)
-
-    stored = yield from _delete_tombstoned(thread_ids, planned, spare, now, deleted)
-    recent = _active_threads(stored, cutoff, cutoffs)
-    deleted.threads.extend(sorted({k[0] for k in planned if k[0] not in recent}))
-    yield from _delete_unneeded(thread_ids, now, deleted)
 
 
 def _delete_settings(thread_ids: Sequence[str], deleted: Deleted) -> Operation[None]:
