@@ -103,30 +103,21 @@ def check_filter_value(value: Any, where: str) -> None:
     """``check_literal``, and refuse regular expressions anywhere in ``value``: in a query
     the server applies them as a pattern match (and an encrypted store, evaluating
     filters in Python, would not), where filters promise equality."""
-    _check_no_regex(value, where)
-    check_literal(value, where)
+    check_literal(value, where, regex=False)
 
 
-def _check_no_regex(value: Any, where: str) -> None:
-    if isinstance(value, (re.Pattern, Regex)):
+def check_literal(value: Any, where: str, *, regex: bool = True) -> None:
+    """Refuse nested documents whose keys would be read as query operators (and, without
+    ``regex``, regular expressions anywhere in ``value``)."""
+    if not regex and isinstance(value, (re.Pattern, Regex)):
         raise TypeError(
             f"{where} must not be a regular expression ({type(value).__name__}: {value!r}): "
             "filters compare values for equality only; pass the exact value to match"
         )
     if isinstance(value, Mapping):
-        for v in value.values():
-            _check_no_regex(v, where)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _check_no_regex(v, where)
-
-
-def check_literal(value: Any, where: str) -> None:
-    """Refuse nested documents whose keys would be read as query operators."""
-    if isinstance(value, Mapping):
         for k, v in value.items():
             check_field_name(k, where)
-            check_literal(v, where)
+            check_literal(v, where, regex=regex)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            check_literal(v, where)
+            check_literal(v, where, regex=regex)

@@ -128,9 +128,8 @@ def writes_by_checkpoint(
     """Writes grouped by the checkpoint they belong to, each group in ``idx`` order per task."""
     grouped: dict[tuple[str, str, str], list[OfficialWrite]] = {}
     for write in sorted(writes, key=lambda w: (w.task_path, w.task_id, w.idx)):
-        grouped.setdefault((write.thread_id, write.checkpoint_ns, write.checkpoint_id), []).append(
-            write
-        )
+        key = (write.thread_id, write.checkpoint_ns, write.checkpoint_id)
+        grouped.setdefault(key, []).append(write)
     return grouped
 
 
