@@ -16,6 +16,8 @@ sweeper runs while the context is open. Variables (see docs/platform.md):
   collections (four names of their own, none ``mongo_ckpt_schema``, else
   ``CollectionNameClash`` naming the variables).
 - ``MONGO_CKPT_TTL_SECONDS``: the saver's thread ttl (seconds of inactivity).
+- ``MONGO_CKPT_TTL_STRATEGY``: what expiry does to a thread, ``delete`` (default) or
+  ``keep_latest``.
 - ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``; not one of
   the saver's).
 - ``MONGO_CKPT_STORE_TTL_MINUTES``: the store's ``default_ttl`` (minutes).
@@ -104,6 +106,8 @@ def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
         if env.get(VARIABLES[logical]):
             kwargs[arg] = env[VARIABLES[logical]]
     ttl = _number(env, "MONGO_CKPT_TTL_SECONDS")
+    if env.get("MONGO_CKPT_TTL_STRATEGY"):
+        kwargs["ttl_strategy"] = env["MONGO_CKPT_TTL_STRATEGY"]
     return kwargs if ttl is None else {**kwargs, "ttl": ttl}
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
+from mongomock_motor import AsyncMongoMockClient
 from pymongo.errors import InvalidOperation
 from typing_extensions import TypedDict
 
@@ -160,3 +161,20 @@ def test_langgraph_server_loads_the_documented_entry_points() -> None:
         "sweeper_stopped": True,
         "client_closed": True,
     }
+
+
+def test_the_environment_sets_retention_and_the_threads_collection() -> None:
+    env = {
+        "MONGO_CKPT_TTL_SECONDS": "86400",
+        "MONGO_CKPT_TTL_STRATEGY": "keep_latest",
+        "MONGO_CKPT_THREADS_COLLECTION": "own_ttls",
+    }
+    assert platform.saver_kwargs(env) == {
+        "db_name": "checkpointing_db",
+        "threads_collection_name": "own_ttls",
+        "ttl": 86400.0,
+        "ttl_strategy": "keep_latest",
+    }
+    kwargs = platform.saver_kwargs({"MONGO_CKPT_TTL_STRATEGY": "keep"})
+    with pytest.raises(ValueError, match="ttl_strategy must be one of"):
+        AsyncMongoDBSaver(AsyncMongoMockClient(), **kwargs)

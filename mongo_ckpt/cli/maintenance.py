@@ -1,5 +1,5 @@
 """``delete``, ``copy`` and ``prune``: the saver's own maintenance methods, with a dry run
-and a confirmation prompt."""
+and a confirmation prompt; and ``ttl``, a thread's own ttl."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from mongo_ckpt import inspection
+from mongo_ckpt import inspection, thread_settings
 from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
 from mongo_ckpt.cli.output import DONE, NOTHING_MATCHED, NothingMatched, console, emit_json, table
 from mongo_ckpt.clock import server_now
@@ -176,11 +176,14 @@ def prune(
     """Drop old history: keep each namespace's latest checkpoint (and the ancestors its
     DeltaChannels are rebuilt from), delete the other checkpoints (saver.prune)."""
     with open_session(target) as session:
-        selected, absent, _ = _selected(session, thread_ids, idle_days)
+        selected, absent, cutoff = _selected(session, thread_ids, idle_days)
         skeletons, doomed = session.run(session.saver.ops.prune_plan(selected))
         if not dry_run and doomed:
             _confirm(f"Delete {len(doomed)} of {len(skeletons)} checkpoints?", yes)
-            session.saver.prune(selected, strategy="keep_latest")
+            if cutoff is None:
+                session.saver.prune(selected, strategy="keep_latest")
+            else:  # judged again, as the sweep does: active or kept since, spared
+                session.run(session.saver.ops.delete_idle(selected, cutoff, "keep_latest"))
     per_thread: dict[str, int] = {}
     for skeleton in doomed:
         per_thread[skeleton["thread_id"]] = per_thread.get(skeleton["thread_id"], 0) + 1
@@ -201,3 +204,33 @@ def prune(
     if unmatched:
         out.print(unmatched)
     raise click.exceptions.Exit(status)
+
+
+@click.command()
+@target_options
+@click.argument("thread_id")
+@click.argument("ttl", required=False)
+def ttl(target: Target, thread_id: str, ttl: str | None) -> None:
+    """Show THREAD_ID's own ttl, or set it to TTL: seconds of inactivity after which the
+    retention sweep expires the thread, "never", or "default" (the saver's ttl again)
+    (saver.set_thread_ttl)."""
+    value: float | str | None = ttl
+    if ttl is not None and ttl not in (thread_settings.NEVER, thread_settings.DEFAULT):
+        try:
+            value = float(ttl)
+        except ValueError:
+            message = f"{ttl!r} is not a number of seconds, 'never' or 'default'"
+            raise click.BadParameter(message, param_hint="TTL") from None
+    with open_session(target) as session:
+        if value is not None:
+            try:
+                session.run(session.saver.ops.set_thread_ttl(thread_id, value))
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="TTL") from None
+        own = session.run(thread_settings.own_ttls(thread_settings.of([thread_id])))
+    limit = own.get(thread_id)
+    shown = "default" if limit is None else "never" if limit == float("inf") else limit
+    if target.json:
+        emit_json(target.db, {"thread_id": thread_id, "ttl": shown})
+    else:
+        console().print(f"thread {thread_id!r}: ttl {shown}")

@@ -243,6 +243,7 @@ def saver_on(client: Any, target: Target) -> MongoDBSaver:
         checkpoint_collection_name=target.layout.checkpoints,
         writes_collection_name=target.layout.writes,
         blobs_collection_name=target.layout.blobs,
+        threads_collection_name=target.layout.threads,
         serde=serde_from_env(),
     )
 
