@@ -10,7 +10,7 @@ import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_config
 
 from mongo_ckpt import ClientClosedError
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, WRITES
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES
 from mongo_ckpt.schema import SCHEMA
 from tests.backends import (
     TARGETS,
@@ -51,7 +51,7 @@ async def test_setup_is_idempotent(api: Api) -> None:
     assert dict(counter) == {
         (SCHEMA, "find_one"): 1,
         (CHECKPOINTS, "find"): 1,
-        **{(logical, "create_indexes"): 1 for logical in LOGICAL},
+        **{(logical, "create_indexes"): 1 for logical in (*LOGICAL, THREADS)},
         (SCHEMA, "find_one_and_update"): 1,
     }
     counter.clear()

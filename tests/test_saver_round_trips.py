@@ -83,8 +83,9 @@ async def test_delete_thread(api: Api) -> None:
     # By exact keys, as other maintenance (a put landing meanwhile keeps what it names):
     # the server's clock, tombstones, the look, marks on writes and values, the lease
     # re-check (clock and renewal), the checkpoints' delete, then the unneeded documents
-    # (writes and values read, checkpoints read again, writes and values deleted).
-    assert total(counter) == 13, counter
+    # (writes and values read, checkpoints read again, writes and values deleted), and the
+    # thread's settings.
+    assert total(counter) == 14, counter
     assert await api.counts() == {CHECKPOINTS: 0, BLOBS: 0, WRITES: 0}
 
 
