@@ -22,7 +22,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt import client_bulk, maintenance
+from mongo_ckpt import client_bulk, maintenance, thread_settings
 from mongo_ckpt.calls import CLIENT, Operation
 from mongo_ckpt.client_bulk import ClientCalls
 from mongo_ckpt.connection import (
@@ -73,6 +73,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         tracing: Tracing | None = None,
         client_bulk_write: bool | None = None,
         ttl_strategy: str = "delete",
+        refresh_on_read: bool = False,
     ) -> None:
         """Args:
         client: a PyMongo/Motor/mongomock client; never closed by the saver.
@@ -82,6 +83,10 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         ttl_strategy: what expiry does to a thread: ``"delete"`` (default) deletes it whole;
             ``"keep_latest"`` prunes it to each namespace's latest checkpoint (as
             ``prune``), so the conversation can go on where it stopped.
+        refresh_on_read: a ``get_tuple`` (every run, ``get_state``) that finds the thread
+            also records the read as the thread's activity, so a thread only read does not
+            expire; that read then writes (once a minute per thread and instance at most,
+            or every tenth of ``ttl`` when shorter). Off by default.
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
         threads_collection_name: the collection of the settings of single threads
@@ -130,6 +135,8 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             )
         maintenance.check_sweep_strategy(ttl_strategy)
         self.ttl, self.ttl_strategy = ttl, ttl_strategy
+        self.refresh_on_read = refresh_on_read
+        self._refresh_interval = min(60.0, (ttl or 600.0) / 10)
         self.sweep_interval = sweep_interval if sweep_interval is not None else min(ttl or 0, 3600)
         self._next_sweep = 0.0
         if filterable_metadata_keys is not None:
@@ -175,6 +182,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         tracing: Tracing | None = None,
         client_bulk_write: bool | None = None,
         ttl_strategy: str = "delete",
+        refresh_on_read: bool = False,
         client_kwargs: dict[str, Any] | None = None,
         timeoutMS: int | None = None,  # noqa: N803 (PyMongo's spelling)
     ) -> Owned[Self]:
@@ -194,7 +202,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
                 filterable_metadata_keys=filterable_metadata_keys,
                 sweep_interval=sweep_interval, write_concern=write_concern,
                 list_deltas=list_deltas, tracing=tracing, client_bulk_write=client_bulk_write,
-                ttl_strategy=ttl_strategy,
+                ttl_strategy=ttl_strategy, refresh_on_read=refresh_on_read,
             ),
         )
 
@@ -272,6 +280,14 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             yield from self.ops.setup(self.db.name)
             self._is_setup = True
 
+    def _read_tuple(self, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
+        found = yield from self.ops.get_tuple(config)
+        if found is not None and self.refresh_on_read:
+            thread_id = found.config["configurable"]["thread_id"]
+            if self.memory.read_due(thread_id, self._refresh_interval):
+                yield from thread_settings.touch(thread_id)
+        return found
+
     def _sweep(self) -> Operation[builtins.list[str]]:
         return maintenance.sweep_expired(self.memory.forget, self.ttl, strategy=self.ttl_strategy)
 
@@ -320,7 +336,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint at ``config`` (the latest of its thread/namespace without an id)."""
-        return self._run(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
+        return self._run(self._read_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     def list(
         self,
@@ -436,7 +452,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """Async ``get_tuple``."""
-        return await self._arun(self.ops.get_tuple(config), SpanInfo.of_config("get_tuple", config))
+        return await self._arun(self._read_tuple(config), SpanInfo.of_config("get_tuple", config))
 
     async def alist(
         self,

@@ -423,15 +423,17 @@ def sweep_expired(
     if ttl is not None:
         cutoff = now - timedelta(seconds=ttl)
         found += yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(cutoff, several))
-    own = yield from thread_settings.own_ttls(thread_settings.shorter_than(ttl))
+    own = yield from thread_settings.read(thread_settings.shorter_than(ttl))
     for ids in _batches(own, batch):
         found += yield from aggregate(CHECKPOINTS, inactive_threads_pipeline(None, several, ids))
     last = {doc["_id"]: aware(doc["last"]) for doc in found}
     for ids in _batches(set(last) - set(own), batch):
-        own |= yield from thread_settings.own_ttls(thread_settings.of(ids))
+        own |= yield from thread_settings.read(thread_settings.of(ids))
     groups: dict[float, list[str]] = {}
     for thread_id, seen in last.items():
-        limit = own.get(thread_id, ttl)
+        setting = own.get(thread_id, thread_settings.Setting(None, None))
+        limit = ttl if setting.ttl is None else setting.ttl
+        seen = max(seen, setting.active_at or seen)
         if limit is not None and seen < _cutoff(now, limit):
             groups.setdefault(limit, []).append(thread_id)
     expired: list[str] = []
@@ -448,6 +450,13 @@ def _batches(ids: Iterable[str], size: int) -> Iterator[list[str]]:
     ordered = sorted(ids)
     for start in range(0, len(ordered), size):
         yield ordered[start : start + size]
+
+
+def _own_cutoff(cutoff: datetime, now: datetime, setting: thread_settings.Setting) -> datetime:
+    """The cutoff a thread with ``setting`` is judged by (``cutoff``, or its own ttl's when
+    that spares it); ``EPOCH``, which spares it, once read since."""
+    own = cutoff if setting.ttl is None else min(cutoff, _cutoff(now, setting.ttl))
+    return EPOCH if setting.active_at is not None and setting.active_at >= own else own
 
 
 def _cutoff(now: datetime, ttl: float) -> datetime:
@@ -478,15 +487,15 @@ def delete_idle(
     The ids may have been chosen long before (a confirmation prompt in between): each
     thread is judged again, after its tombstones, so a thread that became active is
     spared; so is one whose own ttl (``thread_settings``, read before the tombstones)
-    has not passed since its last checkpoint.
+    has not passed since its last checkpoint, or read since the cutoff.
     """
     check_sweep_strategy(strategy)
     ids = set(coerce_ids(thread_ids, "thread_ids"))
     deleted = Deleted()
     for chosen in _batches(ids, batch):
         now = yield from server_now()
-        own = yield from thread_settings.own_ttls(thread_settings.of(chosen))
-        cutoffs = {t: min(cutoff, _cutoff(now, limit)) for t, limit in own.items()}
+        own = yield from thread_settings.read(thread_settings.of(chosen))
+        cutoffs = {t: _own_cutoff(cutoff, now, setting) for t, setting in own.items()}
         keep_latest = strategy == "keep_latest"
         yield from _expire(forget, chosen, cutoff, cutoffs, now, deleted, keep_latest)
     if not ids:  # it finishes a sweep (or prune) cut after its delete

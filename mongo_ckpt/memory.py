@@ -164,6 +164,7 @@ class CheckpointMemory:
         )
         self._latest: _Lru[tuple[str, str], str] = _Lru(checkpoints, lambda _: 1)
         self._own_ttls: _Lru[str, float | str] = _Lru(checkpoints, lambda _: 1)
+        self._reads: _Lru[str, float] = _Lru(checkpoints, lambda _: 1)
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -373,6 +374,16 @@ class CheckpointMemory:
         with self._lock:
             self._own_ttls.put(thread_id, ttl)
 
+    def read_due(self, thread_id: str, interval: float) -> bool:
+        """Whether this instance recorded no read of the thread in the last ``interval``
+        seconds (``refresh_on_read``); if so, one is taken as recorded now."""
+        with self._lock:
+            last, now = self._reads.get(thread_id), monotonic()
+            if last is not None and now - last < interval:
+                return False
+            self._reads.put(thread_id, now)
+            return True
+
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this instance remembers of ``thread_ids`` (they are being deleted)."""
         gone = set(thread_ids)
@@ -383,6 +394,7 @@ class CheckpointMemory:
             self._prefetched.drop([k for k in self._prefetched.held() if k[0] in gone])
             self._latest.drop([k for k in self._latest.held() if k[0] in gone])
             self._own_ttls.drop([k for k in self._own_ttls.held() if k in gone])
+            self._reads.drop([k for k in self._reads.held() if k in gone])
 
 
 def _key(doc: Mapping[str, Any]) -> CheckpointKey:

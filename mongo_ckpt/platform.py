@@ -18,6 +18,8 @@ sweeper runs while the context is open. Variables (see docs/platform.md):
 - ``MONGO_CKPT_TTL_SECONDS``: the saver's thread ttl (seconds of inactivity).
 - ``MONGO_CKPT_TTL_STRATEGY``: what expiry does to a thread, ``delete`` (default) or
   ``keep_latest``.
+- ``MONGO_CKPT_REFRESH_ON_READ``: ``true``/``false`` (default ``false``): the saver's
+  ``refresh_on_read``.
 - ``MONGO_CKPT_STORE_COLLECTION``: the store's collection (default ``store``; not one of
   the saver's).
 - ``MONGO_CKPT_STORE_TTL_MINUTES``: the store's ``default_ttl`` (minutes).
@@ -97,6 +99,16 @@ def _collections(env: Mapping[str, str]) -> dict[str, str]:
     return {logical: env.get(VARIABLES[logical]) or defaults[logical] for logical in defaults}
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    """The boolean variable ``name`` (``true``/``false``, ``1``/``0``, ``yes``/``no``), if set."""
+    raw = env.get(name)
+    if not raw:
+        return None
+    if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+    return raw.lower() in ("true", "1", "yes")
+
+
 def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
     """The ``AsyncMongoDBSaver`` arguments the environment sets; ``CollectionNameClash``
     (naming the variables) when two collections would share a name."""
@@ -108,6 +120,9 @@ def saver_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
     ttl = _number(env, "MONGO_CKPT_TTL_SECONDS")
     if env.get("MONGO_CKPT_TTL_STRATEGY"):
         kwargs["ttl_strategy"] = env["MONGO_CKPT_TTL_STRATEGY"]
+    refresh = _flag(env, "MONGO_CKPT_REFRESH_ON_READ")
+    if refresh is not None:
+        kwargs["refresh_on_read"] = refresh
     return kwargs if ttl is None else {**kwargs, "ttl": ttl}
 
 
@@ -125,13 +140,9 @@ def store_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
         "sweep_interval_minutes": _number(env, "MONGO_CKPT_STORE_SWEEP_MINUTES"),
     }
     ttl: dict[str, Any] = {arg: value for arg, value in numbers.items() if value is not None}
-    refresh = env.get("MONGO_CKPT_STORE_REFRESH_ON_READ")
-    if refresh:
-        if refresh.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigurationError(
-                f"MONGO_CKPT_STORE_REFRESH_ON_READ must be true or false, got {refresh!r}"
-            )
-        ttl["refresh_on_read"] = refresh.lower() in ("true", "1", "yes")
+    refresh = _flag(env, "MONGO_CKPT_STORE_REFRESH_ON_READ")
+    if refresh is not None:
+        ttl["refresh_on_read"] = refresh
     if ttl:
         ttl.setdefault("refresh_on_read", True)
         kwargs["ttl"] = ttl

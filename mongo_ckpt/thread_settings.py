@@ -1,29 +1,44 @@
-"""Settings of single threads: their own ``ttl``, in the saver's threads collection.
+"""Settings of single threads, in the saver's threads collection: their own ``ttl`` and
+their last read.
 
-A thread has a document there only while it has a setting: ``{"thread_id": ..., "ttl":
-seconds}``, or ``{"thread_id": ..., "never": true}`` for a thread that never expires;
-without one the saver's ``ttl`` applies. ``set_thread_ttl`` (and ``mongo-ckpt ttl``) sets
-it, and so does a ``put`` whose ``configurable`` holds ``thread_ttl``; the retention sweep
-reads it (``maintenance.sweep_expired``) and deletes it with its thread, and
-``copy_thread`` copies it.
+A thread has a document there only once it has a setting: ``"ttl": seconds``, or
+``"never": true`` for a thread that never expires (without either the saver's ``ttl``
+applies), and ``"active_at"``, the server's time of its last ``get_tuple`` on a saver with
+``refresh_on_read``. ``set_thread_ttl`` (and ``mongo-ckpt ttl``) sets the ttl, and so does
+a ``put`` whose ``configurable`` holds ``thread_ttl``; the retention sweep reads both
+(``maintenance.sweep_expired``: a thread is idle since its newest checkpoint or its last
+read, whichever is later) and deletes the document with its thread, and ``copy_thread``
+copies the ttl.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from mongo_ckpt.calls import Operation, delete_many, find, update_one
+from mongo_ckpt.calls import Operation, find, update_one
+from mongo_ckpt.clock import aware
 from mongo_ckpt.layout import THREADS
 
 CONFIG_KEY = "thread_ttl"  # in ``configurable``: the thread's own ttl, set by its puts
 NEVER, DEFAULT = "never", "default"
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
-_FIELDS = {"_id": 0, "thread_id": 1, "ttl": 1, "never": 1}
+_FIELDS = {"_id": 0, "thread_id": 1, "ttl": 1, "never": 1, "active_at": 1}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a thread's document says: its own ttl in seconds (``math.inf``: never expires;
+    ``None``: the saver's) and its last read (``None``: none recorded)."""
+
+    ttl: float | None
+    active_at: datetime | None
 
 
 def check_ttl(ttl: Any) -> float | str:
@@ -49,24 +64,35 @@ def set_ttl(thread_id: str, ttl: float | str) -> Operation[None]:
     """Store ``ttl`` (checked already) as the thread's own; ``"default"`` removes it."""
     key = {"thread_id": thread_id}
     if ttl == DEFAULT:
-        yield from delete_many(THREADS, key)
+        yield from update_one(THREADS, key, {"$unset": {"ttl": "", "never": ""}}, upsert=False)
         return
     stored, dropped = ({"never": True}, "ttl") if ttl == NEVER else ({"ttl": ttl}, "never")
     yield from update_one(THREADS, key, {"$set": stored, "$unset": {dropped: ""}}, upsert=True)
 
 
+def touch(thread_id: str) -> Operation[None]:
+    """Record a read of the thread now, by the server's clock (``refresh_on_read``)."""
+    now = {"$currentDate": {"active_at": True}}
+    yield from update_one(THREADS, {"thread_id": thread_id}, now, upsert=True)
+
+
 def copy(source: str, target: str) -> Operation[None]:
     """Give thread ``target`` the settings of ``source`` (``copy_thread``)."""
-    docs = yield from find(THREADS, {"thread_id": source}, projection=_FIELDS)
-    if docs:
-        yield from set_ttl(target, NEVER if docs[0].get("never") else float(docs[0]["ttl"]))
+    found = (yield from read({"thread_id": source})).get(source)
+    if found is not None and found.ttl is not None:
+        yield from set_ttl(target, NEVER if found.ttl == math.inf else found.ttl)
 
 
-def own_ttls(query: Mapping[str, Any]) -> Operation[dict[str, float]]:
-    """The own ttl, in seconds (``math.inf`` for one that never expires), of each thread
-    whose settings match ``query`` and set one."""
+def read(query: Mapping[str, Any]) -> Operation[dict[str, Setting]]:
+    """The settings of the threads whose documents match ``query``, by thread id."""
     docs = yield from find(THREADS, query, projection=_FIELDS)
-    return {d["thread_id"]: math.inf if d.get("never") else float(d["ttl"]) for d in docs}
+    return {d["thread_id"]: _setting(d) for d in docs}
+
+
+def _setting(doc: Mapping[str, Any]) -> Setting:
+    ttl = math.inf if doc.get("never") else doc.get("ttl")
+    active_at = doc.get("active_at")
+    return Setting(ttl, aware(active_at) if isinstance(active_at, datetime) else None)
 
 
 def of(thread_ids: Iterable[str]) -> dict[str, Any]:

@@ -168,13 +168,17 @@ def test_the_environment_sets_retention_and_the_threads_collection() -> None:
         "MONGO_CKPT_TTL_SECONDS": "86400",
         "MONGO_CKPT_TTL_STRATEGY": "keep_latest",
         "MONGO_CKPT_THREADS_COLLECTION": "own_ttls",
+        "MONGO_CKPT_REFRESH_ON_READ": "yes",
     }
     assert platform.saver_kwargs(env) == {
         "db_name": "checkpointing_db",
         "threads_collection_name": "own_ttls",
         "ttl": 86400.0,
         "ttl_strategy": "keep_latest",
+        "refresh_on_read": True,
     }
+    with pytest.raises(platform.ConfigurationError, match="MONGO_CKPT_REFRESH_ON_READ must be"):
+        platform.saver_kwargs({"MONGO_CKPT_REFRESH_ON_READ": "often"})
     kwargs = platform.saver_kwargs({"MONGO_CKPT_TTL_STRATEGY": "keep"})
     with pytest.raises(ValueError, match="ttl_strategy must be one of"):
         AsyncMongoDBSaver(AsyncMongoMockClient(), **kwargs)

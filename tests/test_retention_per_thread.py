@@ -1,7 +1,8 @@
 """A thread's own ttl: set by ``set_thread_ttl`` or by ``configurable["thread_ttl"]`` on its
 puts, kept in the threads collection, it decides the thread's expiry instead of the
 saver's ``ttl`` (``"never"``: never; ``"default"``: the saver's again). It goes with the
-thread, is copied with it, and a bad one is refused before anything is written.
+thread, is copied with it, and a bad one is refused before anything is written. With
+``refresh_on_read``, a read of the thread counts as its activity.
 
 Checkpoints are aged by rewriting their ``created_at`` (``Api.age``).
 """
@@ -19,6 +20,8 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
+from mongo_ckpt import maintenance
+from mongo_ckpt.calls import Call, NextBatch
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import CHECKPOINTS, THREADS
 from tests.backends import count_calls
@@ -26,6 +29,7 @@ from tests.delta_graphs import Shape, builder, documents
 from tests.faults import Fault, Faults
 from tests.graphs import thread
 from tests.saver_support import Api
+from tests.stepping import drive
 
 TTL = 3600.0
 SMALL = Shape(snapshot_frequency=3, writers=1, subgraph=False, durability="async")
@@ -40,7 +44,8 @@ async def put_one(api: Api, thread_id: str, **configurable: Any) -> None:
 
 async def own_ttls(api: Api) -> dict[str, Any]:
     docs = await api.docs(THREADS)
-    return {d["thread_id"]: "never" if d.get("never") else d["ttl"] for d in docs}
+    own = [d for d in docs if "ttl" in d or d.get("never")]
+    return {d["thread_id"]: "never" if d.get("never") else d["ttl"] for d in own}
 
 
 async def threads(api: Api) -> set[str]:
@@ -163,16 +168,64 @@ async def test_idle_deletion_spares_a_thread_kept_since_its_selection(
     api: Api, strategy: str
 ) -> None:
     """Threads chosen idle earlier (``delete --idle-days`` after its prompt, or a batch of
-    the sweep) are judged again by their own ttl, as stored when their batch starts."""
-    for thread_id in ("kept", "plain"):
+    the sweep) are judged again by their own ttl and last read, as stored when their
+    batch starts."""
+    reading = api.reopened(refresh_on_read=True)
+    chosen = ["kept", "plain", "read"]
+    for thread_id in chosen:
         for _ in range(2):
             await put_one(api, thread_id)
         await api.age(thread_id, 2 * TTL)
-    cutoff = await api.run(server_now())  # both idle since before it
+    cutoff = await api.run(server_now())  # all idle since before it
     await api.set_thread_ttl("kept", "never")
-    before = await documents(api.saver, "kept")
+    assert await reading.get_tuple(generate_config("read")) is not None
+    before = {t: await documents(api.saver, t) for t in ("kept", "read")}
 
-    deleted = await api.run(api.saver.ops.delete_idle(["kept", "plain"], cutoff, strategy))
+    deleted = await api.run(api.saver.ops.delete_idle(chosen, cutoff, strategy))
 
     assert deleted.threads == ["plain"]
-    assert await documents(api.saver, "kept") == before
+    assert {t: await documents(api.saver, t) for t in ("kept", "read")} == before
+
+
+async def test_reads_refresh_a_threads_activity_when_asked(api: Api) -> None:
+    reading = api.reopened(ttl=TTL, sweep_interval=10 * TTL, refresh_on_read=True)
+    for thread_id in ("read", "unread"):
+        await put_one(reading, thread_id)
+    assert await reading.join_sweep(timeout=60)
+    for thread_id in ("read", "unread"):
+        await reading.age(thread_id, 2 * TTL)
+    calls = count_calls(api.saver.collections)
+    assert await api.get_tuple(generate_config("unread")) is not None
+    assert not [call for call in calls if call[0] == THREADS]  # off by default: no write
+    calls = count_calls(reading.saver.collections)
+    for _ in range(3):
+        assert await reading.get_tuple(generate_config("read")) is not None
+    assert calls[(THREADS, "update_one")] == 1  # once a minute per thread and instance
+
+    assert await reading.sweep_expired() == ["unread"]
+    assert await threads(reading) == {"read"}
+
+
+async def test_the_sweep_leaves_a_thread_read_since_untouched(api: Api) -> None:
+    """The sweep judges a thread by its last read before its tombstones: a put continuing
+    a thread read since (its checkpoints idle) is never refused by them."""
+    reading = api.reopened(refresh_on_read=True)
+    for thread_id in ("read", "unread"):
+        await put_one(reading, thread_id)
+        await reading.age(thread_id, 2 * TTL)
+    latest = await reading.get_tuple(generate_config("read"))
+    assert latest is not None
+    seen: list[str] = []
+
+    async def put_after_the_tombstones(step: Call | NextBatch) -> None:
+        if isinstance(step, Call) and step.collection == CHECKPOINTS:
+            if seen[-1:] == ["update_many"] and step.method == "find" and "put" not in seen:
+                values, versions = {"a": "y"}, {"a": "2"}
+                checkpoint = generate_checkpoint(channel_values=values, channel_versions=versions)
+                await reading.put(latest.config, checkpoint, generate_metadata(), versions)
+                seen.append("put")
+            seen.append(step.method)
+
+    sweep = maintenance.sweep_expired(reading.saver.memory.forget, TTL)
+    assert await drive(reading, sweep, put_after_the_tombstones) == ["unread"]
+    assert "put" in seen and len(await reading.list(generate_config("read"))) == 2

@@ -227,8 +227,8 @@ def ttl(target: Target, thread_id: str, ttl: str | None) -> None:
                 session.run(session.saver.ops.set_thread_ttl(thread_id, value))
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="TTL") from None
-        own = session.run(thread_settings.own_ttls(thread_settings.of([thread_id])))
-    limit = own.get(thread_id)
+        own = session.run(thread_settings.read(thread_settings.of([thread_id])))
+    limit = own[thread_id].ttl if thread_id in own else None
     shown = "default" if limit is None else "never" if limit == float("inf") else limit
     if target.json:
         emit_json(target.db, {"thread_id": thread_id, "ttl": shown})
