@@ -286,6 +286,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             thread_id = found.config["configurable"]["thread_id"]
             if self.memory.read_due(thread_id, self._refresh_interval):
                 yield from thread_settings.touch(thread_id)
+                self.memory.read_recorded(thread_id)
         return found
 
     def _sweep(self) -> Operation[builtins.list[str]]:

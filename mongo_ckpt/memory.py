@@ -376,13 +376,14 @@ class CheckpointMemory:
 
     def read_due(self, thread_id: str, interval: float) -> bool:
         """Whether this instance recorded no read of the thread in the last ``interval``
-        seconds (``refresh_on_read``); if so, one is taken as recorded now."""
+        seconds (``refresh_on_read``)."""
         with self._lock:
-            last, now = self._reads.get(thread_id), monotonic()
-            if last is not None and now - last < interval:
-                return False
-            self._reads.put(thread_id, now)
-            return True
+            last = self._reads.get(thread_id)
+            return last is None or monotonic() - last >= interval
+
+    def read_recorded(self, thread_id: str) -> None:
+        with self._lock:
+            self._reads.put(thread_id, monotonic())
 
     def forget(self, thread_ids: Sequence[str]) -> None:
         """Drop what this instance remembers of ``thread_ids`` (they are being deleted)."""

@@ -229,3 +229,24 @@ async def test_the_sweep_leaves_a_thread_read_since_untouched(api: Api) -> None:
     sweep = maintenance.sweep_expired(reading.saver.memory.forget, TTL)
     assert await drive(reading, sweep, put_after_the_tombstones) == ["unread"]
     assert "put" in seen and len(await reading.list(generate_config("read"))) == 2
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+async def test_a_lost_read_record_and_the_read_again(api: Api, mode: str) -> None:
+    """The read's record of activity is lost: the read fails, and the read again records
+    it (the instance does not take the lost one as recorded)."""
+    reading = api.reopened(refresh_on_read=True)
+    await put_one(reading, "t")
+    faults = Faults(reading.saver.collections)
+    try:
+        faults.arm(Fault(1, mode))  # the tuple's read, then the record
+        with pytest.raises(AutoReconnect):
+            await reading.get_tuple(generate_config("t"))
+        assert faults.calls[1][:2] == (THREADS, "update_one")
+        faults.arm(None)
+        assert await reading.get_tuple(generate_config("t")) is not None
+        assert faults.calls[-1][:2] == (THREADS, "update_one")
+    finally:
+        faults.restore()
+    [doc] = await api.docs(THREADS)
+    assert doc["thread_id"] == "t" and "active_at" in doc
