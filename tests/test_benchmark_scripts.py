@@ -31,7 +31,10 @@ def test_every_script_has_a_smallest_run() -> None:
 
 
 # Modes a script has besides its main run, each run at its smallest too.
-MODES = [("bench_latency.py", ["--commands"])]
+MODES = [
+    ("bench_latency.py", ["--commands"]),
+    ("bench_latency.py", [*SMALLEST["bench_latency.py"], "--plot", "{tmp}/latency.png"]),
+]
 
 
 @pytest.mark.parametrize(
@@ -40,6 +43,7 @@ MODES = [("bench_latency.py", ["--commands"])]
     ids=[*SMALLEST, *(f"{script} {' '.join(args)}" for script, args in MODES)],
 )
 def test_the_script_runs(script: str, args: list[str], tmp_path: Path) -> None:
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
     done = subprocess.run(
         [sys.executable, str(Path("tests") / "perf" / script), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -48,6 +52,8 @@ def test_the_script_runs(script: str, args: list[str], tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert done.stdout.strip()  # its report
+    if "--plot" in args:
+        assert Path(args[args.index("--plot") + 1]).stat().st_size > 10_000
 
 
 def test_the_delaying_proxy_holds_every_round_trip() -> None:

@@ -25,9 +25,12 @@ listener's durations).
 Run from the repository root (not collected by pytest)::
 
     python tests/perf/bench_latency.py [--rtt 1 20] [--turns 60] [--repeat 20] [--write]
+        [--plot [docs/bench-latency.png]]
     python tests/perf/bench_latency.py --commands
 
-``--write`` puts the tables into docs/benchmarks.md between its ``bench_latency`` markers.
+``--write`` puts the tables into docs/benchmarks.md between its ``bench_latency`` markers;
+``--plot`` draws the median turn and the throughput against the round trip (matplotlib,
+in the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from tests.perf.report import write_section  # noqa: E402
 from tests.perf.servers import delayed, server_process  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
+PLOT = REPO / "docs" / "bench-latency.png"
 OFFICIAL_STORE = "langgraph-store-mongodb"
 WARM = 5  # turns left out of a conversation's figures
 CONVERSATIONS = (1, 8, 32)
@@ -125,13 +129,17 @@ def throughput(graph: Any, count: int, turns: int) -> float:
     return count * turns / (time.perf_counter() - start)
 
 
-def checkpointer_rows(client: MongoClient[Any], turns: int) -> list[list[str]]:
+Figures = dict[tuple[str, str], float]  # (what, saver): a median ms or a rate
+
+
+def checkpointer_rows(client: MongoClient[Any], turns: int, found: Figures) -> list[list[str]]:
     rows = []
     for variant in (PLAIN, DELTA):
         for name in (MONGO_CKPT, OFFICIAL):
             db = fresh_db(client)
             times = turn_times(chat_graph(make_saver(name, client, db), variant), turns)
             rows.append([f"turn, {variant}", name, summary(times[WARM:])])
+            found[(f"turn, {variant}", name)] = statistics.median(times[WARM:])
             client.drop_database(db)
     return rows
 
@@ -168,13 +176,14 @@ def cache_rows(client: MongoClient[Any], repeat: int) -> list[list[str]]:
     return rows
 
 
-def concurrency_rows(client: MongoClient[Any], turns: int) -> list[list[str]]:
+def concurrency_rows(client: MongoClient[Any], turns: int, found: Figures) -> list[list[str]]:
     rows = []
     for name in (MONGO_CKPT, OFFICIAL):
         for count in CONVERSATIONS:
             db = fresh_db(client)
             rate = throughput(chat_graph(make_saver(name, client, db), PLAIN), count, turns)
             rows.append([f"{count} conversations", name, f"{rate:.1f} turns/s"])
+            found[(f"{count} conversations", name)] = rate
             client.drop_database(db)
     return rows
 
@@ -243,17 +252,17 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
 
 
-def run(server: str, rtt_ms: float, turns: int, repeat: int) -> str:
+def run(server: str, rtt_ms: float, turns: int, repeat: int, found: Figures) -> str:
     with delayed(server, rtt_ms) as uri:
         client: MongoClient[Any] = MongoClient(uri)
         try:
             measured = ping(client)
             latency = [
-                *checkpointer_rows(client, turns),
+                *checkpointer_rows(client, turns, found),
                 *store_rows(client, repeat),
                 *cache_rows(client, repeat),
             ]
-            rate = concurrency_rows(client, max(2, turns // 3))
+            rate = concurrency_rows(client, max(2, turns // 3), found)
         finally:
             client.close()
     head = f"**{rtt_ms:g} ms round trip** (measured `ping`: {measured:.2f} ms)"
@@ -264,6 +273,39 @@ def run(server: str, rtt_ms: float, turns: int, repeat: int) -> str:
     ])
 
 
+def plot(figures: dict[float, Figures], path: Path) -> None:
+    """Median ms per turn, and turns per second against concurrent conversations, at each
+    round trip: one line per saver (and state variant)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (turn_ax, rate_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
+    rtts = sorted(figures)
+    for variant in (PLAIN, DELTA):
+        for name in (MONGO_CKPT, OFFICIAL):
+            style = "-" if name == MONGO_CKPT else "--"
+            medians = [figures[rtt][(f"turn, {variant}", name)] for rtt in rtts]
+            turn_ax.plot(rtts, medians, style, marker="o", label=f"{name}, {variant}")
+    turn_ax.set(xlabel="round trip (ms)", ylabel="ms per turn (median)", yscale="log")
+    turn_ax.set_title("One conversation: a turn's time")
+    for rtt in rtts:
+        for name in (MONGO_CKPT, OFFICIAL):
+            style = "-" if name == MONGO_CKPT else "--"
+            rates = [figures[rtt][(f"{n} conversations", name)] for n in CONVERSATIONS]
+            rate_ax.plot(CONVERSATIONS, rates, style, marker="o", label=f"{name}, {rtt:g} ms")
+    rate_ax.set(xlabel="concurrent conversations", ylabel="turns per second", xscale="log")
+    rate_ax.set_xticks(CONVERSATIONS, [str(n) for n in CONVERSATIONS])
+    rate_ax.set_title("Throughput, add_messages")
+    for ax in (turn_ax, rate_ax):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtt", type=float, nargs="+", default=[1, 20])
@@ -271,16 +313,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--commands", action="store_true", help="where a turn's time goes")
+    parser.add_argument("--plot", nargs="?", const=PLOT, type=Path, help="draw the figures")
     args = parser.parse_args()
     if args.commands:
         with server_process() as server:
             print(command_costs(server))
         return
+    figures: dict[float, Figures] = {rtt: {} for rtt in args.rtt}
     with server_process() as server:
-        text = "\n\n".join(run(server, rtt, args.turns, args.repeat) for rtt in args.rtt)
+        text = "\n\n".join(
+            run(server, rtt, args.turns, args.repeat, figures[rtt]) for rtt in args.rtt
+        )
     print(text)
     if args.write:
         write_section(DOC, "bench_latency", text)
+    if args.plot:
+        plot(figures, args.plot)
 
 
 if __name__ == "__main__":
