@@ -86,7 +86,8 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         refresh_on_read: a ``get_tuple`` (every run, ``get_state``) that finds the thread
             also records the read as the thread's activity, so a thread only read does not
             expire; that read then writes (once a minute per thread and instance at most,
-            or every tenth of ``ttl`` when shorter). Off by default.
+            or every tenth of ``ttl``, or of the thread's own ttl this instance stored,
+            when shorter). Off by default.
         serde: serializer, e.g. ``EncryptedSerializer``.
         blobs_collection_name: the collection of channel values.
         threads_collection_name: the collection of the settings of single threads
@@ -126,7 +127,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             writes_collection_name,
             threads_collection_name,
         )
-        if ttl is not None and ttl <= 0:
+        if isinstance(ttl, bool) or (ttl is not None and ttl <= 0):
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if ttl is not None and not ttl <= MAX_TTL_SECONDS:  # also refuses inf and NaN
             raise ValueError(
@@ -284,7 +285,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         found = yield from self.ops.get_tuple(config)
         if found is not None and self.refresh_on_read:
             thread_id = found.config["configurable"]["thread_id"]
-            if self.memory.read_due(thread_id, self._refresh_interval):
+            own = self.memory.own_ttl(thread_id)
+            interval = min(self._refresh_interval, own / 10 if isinstance(own, float) else 60.0)
+            if self.memory.read_due(thread_id, interval):
                 yield from thread_settings.touch(thread_id)
                 self.memory.read_recorded(thread_id)
         return found

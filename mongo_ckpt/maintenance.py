@@ -402,10 +402,11 @@ def delete_threads(forget: Forget, thread_ids: Sequence[str]) -> Operation[Delet
     if not ids:
         return deleted
     forget(ids)
+    own = yield from thread_settings.read(thread_settings.of(ids))
     now = yield from server_now()
     yield from _delete_tombstoned(ids, None, _none, now, deleted)
     yield from _delete_unneeded(ids, now, deleted)
-    yield from _delete_settings(ids, deleted)
+    yield from _delete_settings(ids, own, deleted)
     return deleted
 
 
@@ -495,9 +496,8 @@ def delete_idle(
     for chosen in _batches(ids, batch):
         now = yield from server_now()
         own = yield from thread_settings.read(thread_settings.of(chosen))
-        cutoffs = {t: _own_cutoff(cutoff, now, setting) for t, setting in own.items()}
         keep_latest = strategy == "keep_latest"
-        yield from _expire(forget, chosen, cutoff, cutoffs, now, deleted, keep_latest)
+        yield from _expire(forget, chosen, cutoff, own, now, deleted, keep_latest)
     if not ids:  # it finishes a sweep (or prune) cut after its delete
         now = yield from server_now()
         yield from _delete_unneeded([], now, deleted)
@@ -508,20 +508,22 @@ def _expire(
     forget: Forget,
     thread_ids: Sequence[str],
     cutoff: datetime,
-    cutoffs: Mapping[str, datetime],
+    own: Mapping[str, thread_settings.Setting],
     now: datetime,
     deleted: Deleted,
     keep_latest: bool,
 ) -> Operation[None]:
-    """Delete those of ``thread_ids`` idle since ``cutoff`` (their own ``cutoffs``) with
-    their settings or, ``keep_latest``, prune them to their latest checkpoints (and the
-    ancestors those replay DeltaChannels from, as ``prune``); count them into ``deleted``.
+    """Delete those of ``thread_ids`` idle since ``cutoff`` (or by their ``own`` settings,
+    read before the tombstones) with those settings or, ``keep_latest``, prune them to
+    their latest checkpoints (and the ancestors those replay DeltaChannels from, as
+    ``prune``); count them into ``deleted``.
 
     Tombstones first, then a look for checkpoints stored since the cutoff: a put that
     came first makes its thread active again, spared whole; one that comes later finds its
     parent tombstoned and takes its checkpoint back; one without a parent (a new
     conversation on the thread id) is not one this call tombstoned, so it stays.
     """
+    cutoffs = {t: _own_cutoff(cutoff, now, setting) for t, setting in own.items()}
     planned = None
     if keep_latest:
         forget(thread_ids)
@@ -545,13 +547,17 @@ def _expire(
     forget(expired)
     deleted.threads.extend(expired)
     yield from _delete_unneeded(expired, now, deleted)
-    yield from _delete_settings(expired, deleted)
+    yield from _delete_settings(expired, own, deleted)
 
 
-def _delete_settings(thread_ids: Sequence[str], deleted: Deleted) -> Operation[None]:
-    """Delete the settings of the deleted ``thread_ids`` (``thread_settings``)."""
-    if thread_ids:
-        result = yield from delete_many(THREADS, thread_settings.of(thread_ids))
+def _delete_settings(
+    thread_ids: Sequence[str], own: Mapping[str, thread_settings.Setting], deleted: Deleted
+) -> Operation[None]:
+    """Delete the settings of the deleted ``thread_ids`` as ``own`` read them: one written
+    since (a new conversation on the thread id, with its ``thread_ttl``) stays."""
+    query = thread_settings.as_read(thread_ids, own)
+    if query is not None:
+        result = yield from delete_many(THREADS, query)
         deleted.add(THREADS, result.deleted_count)
 
 

@@ -14,11 +14,13 @@ copies the ttl.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bson import ObjectId
 from langchain_core.runnables import RunnableConfig
 
 from mongo_ckpt.calls import Operation, find, update_one
@@ -29,16 +31,18 @@ CONFIG_KEY = "thread_ttl"  # in ``configurable``: the thread's own ttl, set by i
 NEVER, DEFAULT = "never", "default"
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
-_FIELDS = {"_id": 0, "thread_id": 1, "ttl": 1, "never": 1, "active_at": 1}
+_FIELDS = {"_id": 0, "thread_id": 1, "ttl": 1, "never": 1, "active_at": 1, "rev": 1}
 
 
 @dataclass(frozen=True)
 class Setting:
     """What a thread's document says: its own ttl in seconds (``math.inf``: never expires;
-    ``None``: the saver's) and its last read (``None``: none recorded)."""
+    ``None``: the saver's), its last read (``None``: none recorded), and the revision of
+    the document (new at every write: a deletion takes only the revision it read)."""
 
     ttl: float | None
     active_at: datetime | None
+    rev: Any = None
 
 
 def check_ttl(ttl: Any) -> float | str:
@@ -46,8 +50,9 @@ def check_ttl(ttl: Any) -> float | str:
     naming what a thread's ttl may be for anything else."""
     if ttl in (NEVER, DEFAULT) and isinstance(ttl, str):
         return str(ttl)
-    if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and 0 < ttl <= MAX_TTL_SECONDS:
-        return float(ttl)
+    seconds = float(ttl) if isinstance(ttl, numbers.Real) and not isinstance(ttl, bool) else 0.0
+    if 0 < seconds <= MAX_TTL_SECONDS:
+        return seconds
     raise ValueError(
         f"a thread's ttl is a number of seconds above 0 and at most {MAX_TTL_SECONDS} (100 "
         f"years), {NEVER!r} (it never expires) or {DEFAULT!r} (the saver's ttl), got {ttl!r}"
@@ -64,23 +69,26 @@ def set_ttl(thread_id: str, ttl: float | str) -> Operation[None]:
     """Store ``ttl`` (checked already) as the thread's own; ``"default"`` removes it."""
     key = {"thread_id": thread_id}
     if ttl == DEFAULT:
-        yield from update_one(THREADS, key, {"$unset": {"ttl": "", "never": ""}}, upsert=False)
+        update = {"$unset": {"ttl": "", "never": ""}, "$set": {"rev": ObjectId()}}
+        yield from update_one(THREADS, key, update, upsert=False)
         return
     stored, dropped = ({"never": True}, "ttl") if ttl == NEVER else ({"ttl": ttl}, "never")
-    yield from update_one(THREADS, key, {"$set": stored, "$unset": {dropped: ""}}, upsert=True)
+    update = {"$set": {**stored, "rev": ObjectId()}, "$unset": {dropped: ""}}
+    yield from update_one(THREADS, key, update, upsert=True)
 
 
 def touch(thread_id: str) -> Operation[None]:
     """Record a read of the thread now, by the server's clock (``refresh_on_read``)."""
-    now = {"$currentDate": {"active_at": True}}
+    now = {"$currentDate": {"active_at": True}, "$set": {"rev": ObjectId()}}
     yield from update_one(THREADS, {"thread_id": thread_id}, now, upsert=True)
 
 
 def copy(source: str, target: str) -> Operation[None]:
-    """Give thread ``target`` the settings of ``source`` (``copy_thread``)."""
+    """Give thread ``target`` the ttl of ``source`` (``copy_thread``), the saver's when
+    ``source`` has none of its own."""
     found = (yield from read({"thread_id": source})).get(source)
-    if found is not None and found.ttl is not None:
-        yield from set_ttl(target, NEVER if found.ttl == math.inf else found.ttl)
+    ttl = None if found is None else found.ttl
+    yield from set_ttl(target, DEFAULT if ttl is None else NEVER if ttl == math.inf else ttl)
 
 
 def read(query: Mapping[str, Any]) -> Operation[dict[str, Setting]]:
@@ -92,12 +100,21 @@ def read(query: Mapping[str, Any]) -> Operation[dict[str, Setting]]:
 def _setting(doc: Mapping[str, Any]) -> Setting:
     ttl = math.inf if doc.get("never") else doc.get("ttl")
     active_at = doc.get("active_at")
-    return Setting(ttl, aware(active_at) if isinstance(active_at, datetime) else None)
+    moment = aware(active_at) if isinstance(active_at, datetime) else None
+    return Setting(ttl, moment, doc.get("rev"))
 
 
 def of(thread_ids: Iterable[str]) -> dict[str, Any]:
     """The settings of ``thread_ids``."""
     return {"thread_id": {"$in": sorted(thread_ids)}}
+
+
+def as_read(thread_ids: Iterable[str], found: Mapping[str, Setting]) -> dict[str, Any] | None:
+    """The documents of ``thread_ids`` as ``found`` read them (their revision then), so
+    that a setting written since (a new conversation on the thread id) stays; ``None``
+    when none was read."""
+    chosen = [{"thread_id": t, "rev": found[t].rev} for t in sorted(thread_ids) if t in found]
+    return {"$or": chosen} if chosen else None
 
 
 def shorter_than(ttl: float | None) -> dict[str, Any]:

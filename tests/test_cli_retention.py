@@ -79,3 +79,18 @@ def test_prune_idle_spares_threads_active_or_kept_since_the_selection(
     assert checkpoints.count_documents({"thread_id": "chat-ada"}) == before["chat-ada"]
     assert checkpoints.count_documents({"thread_id": "booking"}) > before["booking"]
     assert checkpoints.count_documents({"thread_id": "chat-bob"}) == 1  # pruned to its latest
+
+
+def test_prune_idle_reports_what_it_pruned_and_spared(written: tuple[Any, str, Any]) -> None:
+    client, db, _ = written
+    checkpoints = client[db]["checkpoints"]
+    old = datetime.now(timezone.utc) - timedelta(days=3)
+    checkpoints.update_many({}, {"$set": {"created_at": old}})
+    assert invoke(client, "ttl", "chat-ada", "never", "--db", db).exit_code == 0
+    result = invoke(client, "prune", "--idle-days", "2", "--yes", "--json", "--db", db)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["spared"] == ["chat-ada"] and "chat-ada" not in report["pruned_per_thread"]
+    assert report["pruned"] == sum(report["pruned_per_thread"].values()) > 0
+    left = {t: checkpoints.count_documents({"thread_id": t}) for t in report["pruned_per_thread"]}
+    assert all(count >= 1 for count in left.values()), left

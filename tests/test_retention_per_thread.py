@@ -9,8 +9,10 @@ Checkpoints are aged by rewriting their ``created_at`` (``Api.age``).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import numpy
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.conformance.test_utils import (
@@ -20,7 +22,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from pymongo.errors import AutoReconnect
 
-from mongo_ckpt import maintenance
+from mongo_ckpt import MongoDBSaver, maintenance, thread_settings
 from mongo_ckpt.calls import Call, NextBatch
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.layout import CHECKPOINTS, THREADS
@@ -250,3 +252,78 @@ async def test_a_lost_read_record_and_the_read_again(api: Api, mode: str) -> Non
         faults.restore()
     [doc] = await api.docs(THREADS)
     assert doc["thread_id"] == "t" and "active_at" in doc
+
+
+@pytest.mark.parametrize("deleting", ["sweep", "delete_thread"])
+async def test_a_new_conversation_during_a_deletion_keeps_its_setting(
+    api: Api, deleting: str
+) -> None:
+    """The thread's old checkpoints go; a new conversation on its id stores its first
+    checkpoint with ``thread_ttl="never"`` before the deleting call removes the settings it
+    read: that setting, written since, stays, and keeps the new conversation forever."""
+    api = api.reopened(ttl=TTL, sweep_interval=10 * TTL)
+    await put_one(api, "t")
+    assert await api.join_sweep(timeout=60)
+    await api.set_thread_ttl("t", TTL / 2)
+    await api.age("t", 2 * TTL)
+    started: list[bool] = []
+
+    async def new_conversation(step: Call | NextBatch) -> None:
+        deletes = isinstance(step, Call) and (step.collection, step.method) == (
+            THREADS,
+            "delete_many",
+        )
+        if deletes and not started:
+            started.append(True)
+            assert await api.get_tuple(generate_config("t")) is None
+            await put_one(api, "t", thread_ttl="never")
+
+    forget = api.saver.memory.forget
+    deleting_call = (
+        maintenance.sweep_expired(forget, TTL)
+        if deleting == "sweep"
+        else maintenance.delete_thread(forget, "t")
+    )
+    await drive(api, deleting_call, new_conversation)
+    assert started and await own_ttls(api) == {"t": "never"}
+    await api.age("t", 2 * TTL)
+    assert await api.sweep_expired() == []
+    assert len(await api.list(generate_config("t"))) == 1
+
+
+async def test_a_copy_follows_its_sources_ttl(api: Api) -> None:
+    api = api.reopened(ttl=TTL, sweep_interval=10 * TTL)
+    await put_one(api, "source")
+    await api.set_thread_ttl("target", 1)  # left over on the target id
+    await api.copy_thread("source", "target")
+    assert await own_ttls(api) == {}
+    await api.set_thread_ttl("source", 60)
+    await api.delete_thread("target")
+    await api.copy_thread("source", "target")
+    assert await own_ttls(api) == {"source": 60, "target": 60}
+
+
+def test_numbers_of_any_real_type_are_seconds() -> None:
+    assert thread_settings.check_ttl(numpy.int64(60)) == 60.0
+    assert thread_settings.check_ttl(numpy.float32(1.5)) == 1.5
+    with pytest.raises(ValueError, match="a thread's ttl"):
+        thread_settings.check_ttl(numpy.bool_(True))
+
+
+def test_the_savers_ttl_is_no_bool(client: Any) -> None:
+    with pytest.raises(ValueError, match="ttl must be a positive number of seconds"):
+        MongoDBSaver(client, "unused", ttl=True)  # type: ignore[arg-type]
+
+
+async def test_a_short_own_ttl_makes_reads_count_sooner(api: Api) -> None:
+    """A read records activity at most once per tenth of the thread's own ttl (when this
+    instance stored it): reads every 0.3 s keep a thread with a ttl of 2 s."""
+    reading = api.reopened(ttl=TTL, sweep_interval=10 * TTL, refresh_on_read=True)
+    await put_one(reading, "t")
+    assert await reading.join_sweep(timeout=60)
+    await reading.set_thread_ttl("t", 2)
+    await reading.age("t", 2 * TTL)
+    for _ in range(8):
+        assert await reading.get_tuple(generate_config("t")) is not None
+        await asyncio.sleep(0.3)
+    assert await reading.sweep_expired() == []

@@ -104,7 +104,8 @@ def _report(
     rows = [(LABELS[k], v) for k, v in counts.items()]
     out.print(table(title, ("", f"documents {verb}"), rows))
     if spared:
-        out.print(f"spared {len(spared)} threads active since the selection: {', '.join(spared)}")
+        out.print(f"spared {len(spared)} threads active or kept since the selection: "
+                  f"{', '.join(spared)}")
     if not done:
         out.print("dry run: nothing was changed")
     if unmatched:
@@ -178,12 +179,16 @@ def prune(
     with open_session(target) as session:
         selected, absent, cutoff = _selected(session, thread_ids, idle_days)
         skeletons, doomed = session.run(session.saver.ops.prune_plan(selected))
+        spared: list[str] = []
         if not dry_run and doomed:
             _confirm(f"Delete {len(doomed)} of {len(skeletons)} checkpoints?", yes)
             if cutoff is None:
                 session.saver.prune(selected, strategy="keep_latest")
             else:  # judged again, as the sweep does: active or kept since, spared
-                session.run(session.saver.ops.delete_idle(selected, cutoff, "keep_latest"))
+                ops = session.saver.ops
+                pruned = session.run(ops.delete_idle(selected, cutoff, "keep_latest")).threads
+                spared = sorted({s["thread_id"] for s in doomed} - set(pruned))
+                doomed = [s for s in doomed if s["thread_id"] in pruned]
     per_thread: dict[str, int] = {}
     for skeleton in doomed:
         per_thread[skeleton["thread_id"]] = per_thread.get(skeleton["thread_id"], 0) + 1
@@ -192,13 +197,17 @@ def prune(
     if target.json:
         emit_json(target.db, {"action": "prune", "dry_run": dry_run, "threads": selected,
                               "not_found": absent, "checkpoints": len(skeletons),
-                              "pruned": len(doomed), "pruned_per_thread": per_thread}, status)
+                              "pruned": len(doomed), "pruned_per_thread": per_thread,
+                              "spared": spared}, status)
         raise click.exceptions.Exit(status)
     out = console()
     rows = [(t, n) for t, n in sorted(per_thread.items())]
     verb = "would be deleted" if dry_run else "deleted"
     out.print(table(f"prune: {len(doomed)} of {len(skeletons)} checkpoints {verb}",
                     ("thread", "checkpoints"), rows))
+    if spared:
+        out.print(f"spared {len(spared)} threads active or kept since the selection: "
+                  f"{', '.join(spared)}")
     if dry_run:
         out.print("dry run: nothing was changed")
     if unmatched:
