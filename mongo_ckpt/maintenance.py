@@ -752,7 +752,9 @@ def _delete_unneeded(thread_ids: Iterable[str], now: datetime, deleted: Deleted)
         stray.update(stray_parts(own, fields, headless=True))
     if not any(found.values()):
         return
-    current = yield from _skeletons({d["thread_id"] for ds in found.values() for d in ds})
+    current: list[Document] = []
+    for owners in _batches({d["thread_id"] for ds in found.values() for d in ds}, SWEEP_BATCH):
+        current += yield from _skeletons(owners)
     needed = {
         WRITES: {key_of(s) for s in current},
         BLOBS: needed_values(current),
@@ -765,20 +767,21 @@ def _delete_unneeded(thread_ids: Iterable[str], now: datetime, deleted: Deleted)
             if key_of(d, owner_key) not in needed[collection]
             or (d["_id"] in stray and _older(d, cutoff))
         }
-        if ids:
-            owners = sorted({d["thread_id"] for d in docs if d["_id"] in ids})
+        chosen = [d for d in docs if d["_id"] in ids]
+        for owners in _batches({d["thread_id"] for d in chosen}, SWEEP_BATCH):
+            members = set(owners)
             # Still marked or not written since: a value write after the find (a retry
             # adopting the value unmarks and touches it) keeps its document.
-            chosen = {
+            gone: dict[str, Any] = {
                 "thread_id": {"$in": owners},
-                "_id": {"$in": sorted(ids)},
+                "_id": {"$in": sorted(d["_id"] for d in chosen if d["thread_id"] in members)},
                 "$or": [
                     {DOOMED: True},
                     {TOUCHED_AT: {"$lt": cutoff}},
                     {TOUCHED_AT: {"$exists": False}},
                 ],
             }
-            result = yield from delete_many(collection, chosen)
+            result = yield from delete_many(collection, gone)
             deleted.add(collection, result.deleted_count)
 
 

@@ -25,8 +25,8 @@ from pymongo.errors import AutoReconnect
 from mongo_ckpt import MongoDBSaver, maintenance, thread_settings
 from mongo_ckpt.calls import Call, NextBatch
 from mongo_ckpt.clock import server_now
-from mongo_ckpt.layout import CHECKPOINTS, THREADS
-from tests.backends import count_calls
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS
+from tests.backends import count_calls, maybe_await
 from tests.delta_graphs import Shape, builder, documents
 from tests.faults import Fault, Faults
 from tests.graphs import thread
@@ -327,3 +327,32 @@ async def test_a_short_own_ttl_makes_reads_count_sooner(api: Api) -> None:
         assert await reading.get_tuple(generate_config("t")) is not None
         await asyncio.sleep(0.3)
     assert await reading.sweep_expired() == []
+
+
+async def test_no_command_of_the_sweep_names_more_threads_than_a_batch(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leftovers of cut calls in many threads (values marked, checkpoints gone) are read
+    and deleted a batch of threads at a time too."""
+    monkeypatch.setattr(maintenance, "SWEEP_BATCH", 2)
+    for i in range(6):
+        await put_one(api, f"t{i}")
+    await maybe_await(api.raw(BLOBS).update_many({}, {"$set": {maintenance.DOOMED: True}}))
+    await maybe_await(api.raw(CHECKPOINTS).delete_many({}))
+    widest: list[int] = []
+
+    def named(value: Any) -> int:
+        if isinstance(value, dict):
+            found = value.get("thread_id")
+            own = len(found["$in"]) if isinstance(found, dict) and "$in" in found else 0
+            return max([own, *(named(v) for v in value.values())])
+        if isinstance(value, (list, tuple)):
+            return max([0, *(named(v) for v in value)])
+        return 0
+
+    async def count(step: Call | NextBatch) -> None:
+        if isinstance(step, Call):
+            widest.append(max(named(list(step.args)), named(dict(step.kwargs))))
+
+    await drive(api, maintenance.sweep_expired(api.saver.memory.forget, TTL, batch=2), count)
+    assert await api.count(BLOBS) == 0 and max(widest) == 2
