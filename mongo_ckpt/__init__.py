@@ -10,6 +10,7 @@ from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.keyring import KeyRing, MissingKeyError, keyring_serializer
 from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.saver import MongoDBSaver
@@ -26,7 +27,9 @@ __all__ = [
     "ClientBulkWriteUnavailable",
     "ClientClosedError",
     "ConflictingValueError",
+    "KeyRing",
     "MissingHistoryError",
+    "MissingKeyError",
     "MissingValueError",
     "MongoCkptError",
     "MongoDBSaver",
@@ -36,4 +39,5 @@ __all__ = [
     "ThreadExistsError",
     "UnacknowledgedWritesError",
     "__version__",
+    "keyring_serializer",
 ]

@@ -1,0 +1,100 @@
+"""Encryption under several keys, so that a key can be rotated: ``KeyRing``.
+
+A ``KeyRing`` is a LangGraph ``CipherProtocol`` for ``EncryptedSerializer``: AES in EAX
+mode, as ``EncryptedSerializer.from_pycryptodome_aes`` (same nonce, tag and ciphertext
+layout), except that the cipher name it records is ``aes:<key id>``, so a stored type tag
+reads ``msgpack+aes:k2`` and says which key wrote the value. It encrypts with the current
+key and decrypts with whichever key a value names; a value whose key it does not hold
+raises ``MissingKeyError`` naming that key id. A reader with a single-key
+``EncryptedSerializer`` refuses ``aes:<key id>`` values (LangGraph's cipher accepts only
+``aes``) rather than misreading them. Values written with ``from_pycryptodome_aes`` (cipher
+name ``aes``, no key id) are read with the key named ``legacy``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from mongo_ckpt.errors import MongoCkptError
+
+CIPHER = "aes"
+KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+KEY_SIZES = (16, 24, 32)
+
+
+class MissingKeyError(MongoCkptError, LookupError):
+    """A value was encrypted with a key the ``KeyRing`` does not hold."""
+
+    def __init__(self, key_id: str | None, held: list[str]) -> None:
+        which = (
+            f"key {key_id!r}"
+            if key_id is not None
+            else "a key without an id (EncryptedSerializer.from_pycryptodome_aes)"
+        )
+        hint = "" if key_id is not None else "; pass legacy=<the id you give that key>"
+        super().__init__(
+            f"this value was encrypted with {which}, which the KeyRing does not hold (it "
+            f"holds {', '.join(map(repr, held))}): add that key to keys={{...}}{hint}"
+        )
+        self.key_id = key_id
+
+
+class KeyRing(CipherProtocol):
+    """AES-EAX under several keys: ``keys`` by id (16, 24 or 32 bytes each), ``current``
+    the one new values are encrypted with, ``legacy`` the id of the key that wrote values
+    without a key id (``EncryptedSerializer.from_pycryptodome_aes``)."""
+
+    def __init__(
+        self, keys: Mapping[str, bytes], current: str, *, legacy: str | None = None
+    ) -> None:
+        try:
+            from Crypto.Cipher import AES
+        except ImportError:
+            raise ImportError("KeyRing needs pycryptodome: pip install pycryptodome") from None
+        self._aes: Any = AES
+        for key_id, key in keys.items():
+            if not isinstance(key_id, str) or not KEY_ID.fullmatch(key_id):
+                raise ValueError(
+                    f"key id {key_id!r}: use 1 to 64 letters, digits, '_', '.' or '-'"
+                )
+            if not isinstance(key, bytes) or len(key) not in KEY_SIZES:
+                raise ValueError(f"key {key_id!r} must be 16, 24 or 32 bytes (AES)")
+        for role, named in (("current", current), ("legacy", legacy)):
+            if named is not None and named not in keys:
+                raise ValueError(f"{role}={named!r} is not one of the keys' ids: {list(keys)}")
+        self.keys, self.current, self.legacy = dict(keys), current, legacy
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        cipher = self._aes.new(self.keys[self.current], self._aes.MODE_EAX)
+        ciphertext, tag = cipher.encrypt_and_digest(plaintext)
+        return f"{CIPHER}:{self.current}", cipher.nonce + tag + ciphertext
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        name, _, key_id = ciphername.partition(":")
+        if name != CIPHER:
+            raise ValueError(f"cipher {ciphername!r} is not one KeyRing reads ({CIPHER}:<key id>)")
+        key = self.keys.get(key_id or self.legacy or "")
+        if key is None:
+            raise MissingKeyError(key_id or None, list(self.keys))
+        nonce, tag, body = ciphertext[:16], ciphertext[16:32], ciphertext[32:]
+        cipher = self._aes.new(key, self._aes.MODE_EAX, nonce=nonce)
+        plaintext: bytes = cipher.decrypt_and_verify(body, tag)
+        return plaintext
+
+
+def keyring_serializer(
+    keys: Mapping[str, bytes],
+    current: str,
+    *,
+    legacy: str | None = None,
+    serde: SerializerProtocol | None = None,
+) -> EncryptedSerializer:
+    """An ``EncryptedSerializer`` on a ``KeyRing``: pass it as a saver's, store's or
+    cache's ``serde``; rotate by adding a key and making it ``current``."""
+    return EncryptedSerializer(KeyRing(keys, current, legacy=legacy), serde or JsonPlusSerializer())
