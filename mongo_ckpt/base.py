@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import numbers
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
@@ -127,7 +128,9 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             writes_collection_name,
             threads_collection_name,
         )
-        if isinstance(ttl, bool) or (ttl is not None and ttl <= 0):
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, numbers.Real) or not ttl > 0
+        ):
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if ttl is not None and not ttl <= MAX_TTL_SECONDS:  # also refuses inf and NaN
             raise ValueError(

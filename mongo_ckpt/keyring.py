@@ -63,12 +63,15 @@ class KeyRing(CipherProtocol):
                 raise ValueError(
                     f"key id {key_id!r}: use 1 to 64 letters, digits, '_', '.' or '-'"
                 )
-            if not isinstance(key, bytes) or len(key) not in KEY_SIZES:
+            if not isinstance(key, (bytes, bytearray, memoryview)):
+                raise ValueError(f"key {key_id!r} must be bytes, got {type(key).__name__}")
+            if len(bytes(key)) not in KEY_SIZES:
                 raise ValueError(f"key {key_id!r} must be 16, 24 or 32 bytes (AES)")
         for role, named in (("current", current), ("legacy", legacy)):
             if named is not None and named not in keys:
                 raise ValueError(f"{role}={named!r} is not one of the keys' ids: {list(keys)}")
-        self.keys, self.current, self.legacy = dict(keys), current, legacy
+        self.keys = {key_id: bytes(key) for key_id, key in keys.items()}
+        self.current, self.legacy = current, legacy
 
     def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
         cipher = self._aes.new(self.keys[self.current], self._aes.MODE_EAX)

@@ -50,9 +50,9 @@ def check_ttl(ttl: Any) -> float | str:
     naming what a thread's ttl may be for anything else."""
     if ttl in (NEVER, DEFAULT) and isinstance(ttl, str):
         return str(ttl)
-    seconds = float(ttl) if isinstance(ttl, numbers.Real) and not isinstance(ttl, bool) else 0.0
-    if 0 < seconds <= MAX_TTL_SECONDS:
-        return seconds
+    number = isinstance(ttl, numbers.Real) and not isinstance(ttl, bool)
+    if number and 0 < ttl <= MAX_TTL_SECONDS:
+        return float(ttl)
     raise ValueError(
         f"a thread's ttl is a number of seconds above 0 and at most {MAX_TTL_SECONDS} (100 "
         f"years), {NEVER!r} (it never expires) or {DEFAULT!r} (the saver's ttl), got {ttl!r}"
@@ -79,7 +79,9 @@ def set_ttl(thread_id: str, ttl: float | str) -> Operation[None]:
 
 def touch(thread_id: str) -> Operation[None]:
     """Record a read of the thread now, by the server's clock (``refresh_on_read``)."""
-    now = {"$currentDate": {"active_at": True}, "$set": {"rev": ObjectId()}}
+    # A new revision only for a new document: a read is not a setting, and the revision a
+    # deletion read must still match after a read of the thread meanwhile.
+    now = {"$currentDate": {"active_at": True}, "$setOnInsert": {"rev": ObjectId()}}
     yield from update_one(THREADS, {"thread_id": thread_id}, now, upsert=True)
 
 
@@ -110,11 +112,12 @@ def of(thread_ids: Iterable[str]) -> dict[str, Any]:
 
 
 def as_read(thread_ids: Iterable[str], found: Mapping[str, Setting]) -> dict[str, Any] | None:
-    """The documents of ``thread_ids`` as ``found`` read them (their revision then), so
-    that a setting written since (a new conversation on the thread id) stays; ``None``
-    when none was read."""
-    chosen = [{"thread_id": t, "rev": found[t].rev} for t in sorted(thread_ids) if t in found]
-    return {"$or": chosen} if chosen else None
+    """The documents of ``thread_ids`` as ``found`` read them (their revision then, unique
+    to one document), so that a setting written since (a new conversation on the thread
+    id) stays; ``None`` when none was read."""
+    chosen = sorted(t for t in thread_ids if t in found)
+    revisions = [found[t].rev for t in chosen]
+    return {"thread_id": {"$in": chosen}, "rev": {"$in": revisions}} if chosen else None
 
 
 def shorter_than(ttl: float | None) -> dict[str, Any]:

@@ -12,10 +12,11 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
-from mongo_ckpt import KeyRing, MissingKeyError, keyring_serializer
+from mongo_ckpt import KeyRing, MissingKeyError, MongoDBSaver, keyring_serializer
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.store import MongoDBStore
 from tests.backends import sync_client
+from tests.cli_support import invoke
 from tests.graphs import chat_builder, contents, thread
 from tests.saver_support import Api
 
@@ -86,7 +87,7 @@ async def test_values_of_a_key_without_an_id_read_as_legacy(api: Api) -> None:
         ({"k 1": K1}, "k 1", None, "key id 'k 1'"),
         ({"": K1}, "", None, "key id ''"),
         ({"k1": b"short"}, "k1", None, "key 'k1' must be 16, 24 or 32 bytes"),
-        ({"k1": "0" * 32}, "k1", None, "key 'k1' must be 16, 24 or 32 bytes"),
+        ({"k1": "0" * 32}, "k1", None, "key 'k1' must be bytes, got str"),
         ({"k1": K1}, "k2", None, "current='k2' is not one of the keys' ids"),
         ({"k1": K1}, "k1", "k0", "legacy='k0' is not one of the keys' ids"),
     ],
@@ -118,3 +119,21 @@ def test_the_store_reads_old_values_and_writes_new_ones_under_the_current_key(
     finally:
         client.drop_database(db)
         client.close()
+
+
+@pytest.mark.parametrize("env", [{}, {"LANGGRAPH_AES_KEY": K1.decode()}], ids=["no key", "a key"])
+def test_the_command_line_says_it_reads_a_single_key(env: dict[str, str]) -> None:
+    client = sync_client("mock")
+    db = f"t_keys_{uuid.uuid4().hex[:8]}"
+    saver = MongoDBSaver(client, db, serde=keyring_serializer({"k1": K1}, "k1"))
+    chat_builder().compile(checkpointer=saver).invoke(
+        {"messages": [HumanMessage(MARKER)]}, thread("t")
+    )
+    result = invoke(client, "show", "t", "--db", db, env=env)
+    assert result.exit_code == 1 and "KeyRing" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_key_may_be_any_bytes_like() -> None:
+    ring = KeyRing({"a": bytearray(K1), "b": memoryview(K2)}, "a")
+    assert ring.decrypt(*ring.encrypt(b"x")) == b"x"

@@ -310,9 +310,10 @@ def test_numbers_of_any_real_type_are_seconds() -> None:
         thread_settings.check_ttl(numpy.bool_(True))
 
 
-def test_the_savers_ttl_is_no_bool(client: Any) -> None:
+@pytest.mark.parametrize("ttl", [True, numpy.bool_(True), "60"], ids=repr)
+def test_the_savers_ttl_is_a_number(client: Any, ttl: Any) -> None:
     with pytest.raises(ValueError, match="ttl must be a positive number of seconds"):
-        MongoDBSaver(client, "unused", ttl=True)  # type: ignore[arg-type]
+        MongoDBSaver(client, "unused", ttl=ttl)
 
 
 async def test_a_short_own_ttl_makes_reads_count_sooner(api: Api) -> None:
@@ -356,3 +357,29 @@ async def test_no_command_of_the_sweep_names_more_threads_than_a_batch(
 
     await drive(api, maintenance.sweep_expired(api.saver.memory.forget, TTL, batch=2), count)
     assert await api.count(BLOBS) == 0 and max(widest) == 2
+
+
+async def test_a_read_during_a_deletion_does_not_pass_the_ttl_on(api: Api) -> None:
+    """A read of the thread records its activity while ``delete_thread`` deletes it: the
+    settings it read still go, and a new conversation on the id follows the saver's ttl."""
+    await put_one(api, "t")
+    await api.set_thread_ttl("t", "never")
+    touched: list[bool] = []
+
+    async def read_meanwhile(step: Call | NextBatch) -> None:
+        deletes = isinstance(step, Call) and (step.collection, step.method) == (
+            THREADS,
+            "delete_many",
+        )
+        if deletes and not touched:
+            touched.append(True)
+            await api.run(thread_settings.touch("t"))
+
+    await drive(api, maintenance.delete_thread(api.saver.memory.forget, "t"), read_meanwhile)
+    await put_one(api, "t")
+    assert touched and await own_ttls(api) == {}
+
+
+def test_a_huge_number_is_refused_as_a_ttl() -> None:
+    with pytest.raises(ValueError, match="a thread's ttl"):
+        thread_settings.check_ttl(10**400)

@@ -182,6 +182,12 @@ def open_client(target: Target) -> Iterator[Any]:
         client.close()
 
 
+KEYRING_DATA = (
+    "the data was encrypted with a KeyRing (mongo_ckpt.keyring_serializer), whose values "
+    "name their key; the command line reads values of a single key (LANGGRAPH_AES_KEY) only"
+)
+
+
 @contextmanager
 def _explained(uri: str | None) -> Iterator[None]:
     """MongoDB errors, and data the serializer cannot read, as messages without
@@ -197,11 +203,17 @@ def _explained(uri: str | None) -> Iterator[None]:
             redacted(f"MongoDB at {where} refused: {type(exc).__name__}: {exc}", uri)
         ) from None
     except NotImplementedError as exc:
+        if "+aes:" in str(exc) and "serialization type" in str(exc):
+            raise click.ClickException(f"{exc}: {KEYRING_DATA}") from None
         if "+aes" in str(exc) and "serialization type" in str(exc):
             raise click.ClickException(
                 f"{exc}: the data is encrypted; set LANGGRAPH_AES_KEY to the key it was "
                 "written with"
             ) from None
+        raise
+    except AssertionError as exc:  # LangGraph's single-key cipher, on a KeyRing's value
+        if str(exc).startswith("Unsupported cipher: aes:"):
+            raise click.ClickException(f"{exc}: {KEYRING_DATA}") from None
         raise
     except ValueError as exc:
         if str(exc) == "MAC check failed":  # pycryptodome: not the key the data was written with
