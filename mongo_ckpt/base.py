@@ -129,7 +129,7 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
             threads_collection_name,
         )
         if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, numbers.Real) or not ttl > 0
+            isinstance(ttl, bool) or not isinstance(ttl, numbers.Real) or ttl <= 0
         ):
             raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if ttl is not None and not ttl <= MAX_TTL_SECONDS:  # also refuses inf and NaN
