@@ -13,6 +13,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from mongo_ckpt import KeyRing, MissingKeyError, MongoDBSaver, keyring_serializer
+from mongo_ckpt.cache import MongoDBCache
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS
 from mongo_ckpt.store import MongoDBStore
 from tests.backends import sync_client
@@ -137,3 +138,17 @@ def test_the_command_line_says_it_reads_a_single_key(env: dict[str, str]) -> Non
 def test_a_key_may_be_any_bytes_like() -> None:
     ring = KeyRing({"a": bytearray(K1), "b": memoryview(K2)}, "a")
     assert ring.decrypt(*ring.encrypt(b"x")) == b"x"
+
+
+def test_a_cache_entry_of_a_dropped_key_is_a_miss() -> None:
+    """The node runs again, as after the entry expired, instead of the graph failing."""
+    client = sync_client("mock")
+    db = f"t_keys_{uuid.uuid4().hex[:8]}"
+    pairs = {(("node",), "a"): ({"n": 1}, 600)}
+    MongoDBCache(client, db, serde=keyring_serializer({"k1": K1}, "k1")).set(pairs)
+    rotated = MongoDBCache(client, db, serde=keyring_serializer({"k1": K1, "k2": K2}, "k2"))
+    assert rotated.get(list(pairs)) == {(("node",), "a"): {"n": 1}}
+    dropped = MongoDBCache(client, db, serde=keyring_serializer({"k2": K2}, "k2"))
+    assert dropped.get(list(pairs)) == {}
+    dropped.set(pairs)
+    assert dropped.get(list(pairs)) == {(("node",), "a"): {"n": 1}}

@@ -21,6 +21,7 @@ from mongo_ckpt.connection import (
     adopt_client,
     shared_client,
 )
+from mongo_ckpt.keyring import MissingKeyError
 from mongo_ckpt.schema import SCHEMA, SCHEMA_COLLECTION
 from mongo_ckpt.store.base import MongoStoreBase
 from mongo_ckpt.telemetry import SpanInfo, Tracing, operation_tracer
@@ -140,7 +141,13 @@ class MongoCacheBase(BaseCache[ValueT], Generic[ValueT, ClientT]):
     def _get(self, keys: Sequence[FullKey]) -> Operation[dict[FullKey, ValueT]]:
         checked = [documents.checked_key(key) for key in keys]
         found = yield from self._operation("get", self.ops.get(checked))
-        return {key: self.serde.loads_typed(typed) for key, typed in found}
+        values = {}
+        for key, typed in found:
+            try:
+                values[key] = self.serde.loads_typed(typed)
+            except MissingKeyError:  # written under a key dropped since: a miss
+                continue
+        return values
 
     def _set(self, pairs: Mapping[FullKey, tuple[ValueT, int | None]]) -> Operation[None]:
         return self._operation("set", self.ops.set(self._prepared_pairs(pairs)))
