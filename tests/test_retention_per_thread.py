@@ -50,6 +50,11 @@ async def own_ttls(api: Api) -> dict[str, Any]:
     return {d["thread_id"]: "never" if d.get("never") else d["ttl"] for d in own}
 
 
+def deletes_settings(step: Call | NextBatch) -> bool:
+    """Whether ``step`` is a deleting call's delete of thread settings."""
+    return isinstance(step, Call) and (step.collection, step.method) == (THREADS, "delete_many")
+
+
 async def threads(api: Api) -> set[str]:
     return {d["thread_id"] for d in await api.docs(CHECKPOINTS)}
 
@@ -269,11 +274,7 @@ async def test_a_new_conversation_during_a_deletion_keeps_its_setting(
     started: list[bool] = []
 
     async def new_conversation(step: Call | NextBatch) -> None:
-        deletes = isinstance(step, Call) and (step.collection, step.method) == (
-            THREADS,
-            "delete_many",
-        )
-        if deletes and not started:
+        if deletes_settings(step) and not started:
             started.append(True)
             assert await api.get_tuple(generate_config("t")) is None
             await put_one(api, "t", thread_ttl="never")
@@ -367,11 +368,7 @@ async def test_a_read_during_a_deletion_does_not_pass_the_ttl_on(api: Api) -> No
     touched: list[bool] = []
 
     async def read_meanwhile(step: Call | NextBatch) -> None:
-        deletes = isinstance(step, Call) and (step.collection, step.method) == (
-            THREADS,
-            "delete_many",
-        )
-        if deletes and not touched:
+        if deletes_settings(step) and not touched:
             touched.append(True)
             await api.run(thread_settings.touch("t"))
 
