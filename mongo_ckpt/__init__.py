@@ -13,6 +13,7 @@ from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.keyring import KeyRing, MissingKeyError, keyring_serializer
 from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.reading import MissingValueError
+from mongo_ckpt.rekeying import Rekeyed
 from mongo_ckpt.saver import MongoDBSaver
 from mongo_ckpt.schema import SchemaTooNewError, SchemaUpgradeRequired, library_version
 from mongo_ckpt.source_tree import find_store_beside
@@ -33,6 +34,7 @@ __all__ = [
     "MissingValueError",
     "MongoCkptError",
     "MongoDBSaver",
+    "Rekeyed",
     "SchemaTooNewError",
     "SchemaUpgradeRequired",
     "StaleParentError",

@@ -23,7 +23,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt import client_bulk, maintenance, thread_settings
+from mongo_ckpt import client_bulk, maintenance, rekeying, thread_settings
 from mongo_ckpt.calls import CLIENT, Operation
 from mongo_ckpt.client_bulk import ClientCalls
 from mongo_ckpt.connection import (
@@ -431,6 +431,14 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         again). A put whose ``configurable`` holds ``thread_ttl`` sets it too."""
         self._run(self.ops.set_thread_ttl(thread_id, ttl), SpanInfo("set_thread_ttl", thread_id))
 
+    def rekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
+        """Encrypt every stored checkpoint, value and pending write that a ``KeyRing`` key
+        other than the current one wrote under the current key, beside live writers, each
+        read back; run it again to resume (``mongo_ckpt.rekeying``). ``MissingKeyError``
+        names a key the ring lacks; the values before it stay done."""
+        rekey = rekeying.rekey(rekeying.ring_of(self.serde), rekeying.SAVER_PLACES, batch_size)
+        return self._run(rekey, SpanInfo("rekey"))
+
     def join_sweep(self, timeout: float | None = None) -> bool:
         """Wait for the automatic sweep a ``put`` started in the background, if one is
         running; ``True`` once none is (``False``: ``timeout`` seconds passed first)."""
@@ -541,6 +549,11 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         """Async ``set_thread_ttl``."""
         set_ttl = self.ops.set_thread_ttl(thread_id, ttl)
         await self._arun(set_ttl, SpanInfo("set_thread_ttl", thread_id))
+
+    async def arekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
+        """Async ``rekey``."""
+        rekey = rekeying.rekey(rekeying.ring_of(self.serde), rekeying.SAVER_PLACES, batch_size)
+        return await self._arun(rekey, SpanInfo("rekey"))
 
     async def ajoin_sweep(self, timeout: float | None = None) -> bool:
         """Async ``join_sweep``."""

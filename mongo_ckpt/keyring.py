@@ -13,6 +13,7 @@ name ``aes``, no key id) are read with the key named ``legacy``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -73,10 +74,24 @@ class KeyRing(CipherProtocol):
         self.keys = {key_id: bytes(key) for key_id, key in keys.items()}
         self.current, self.legacy = current, legacy
 
-    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
-        cipher = self._aes.new(self.keys[self.current], self._aes.MODE_EAX)
+    def encrypt(self, plaintext: bytes, nonce: bytes | None = None) -> tuple[str, bytes]:
+        cipher = self._aes.new(self.keys[self.current], self._aes.MODE_EAX, nonce=nonce)
         ciphertext, tag = cipher.encrypt_and_digest(plaintext)
         return f"{CIPHER}:{self.current}", cipher.nonce + tag + ciphertext
+
+    def reencrypt(self, ciphername: str, ciphertext: bytes) -> tuple[str, bytes]:
+        """``ciphertext`` under the current key instead, decrypted again and compared.
+
+        The nonce is a digest of the old ciphertext, so the same value re-encrypted twice
+        (a run cut and run again) gives the same bytes, and two values share a nonce only
+        if they are the same ciphertext, thus the same plaintext.
+        """
+        plaintext = self.decrypt(ciphername, ciphertext)
+        seed = hashlib.blake2b(ciphername.encode() + b"\0" + ciphertext, digest_size=16)
+        name, new = self.encrypt(plaintext, seed.digest())
+        if self.decrypt(name, new) != plaintext:
+            raise AssertionError(f"a value re-encrypted under {name!r} did not decrypt back")
+        return name, new
 
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
         name, _, key_id = ciphername.partition(":")

@@ -18,7 +18,7 @@ from langgraph.store.base import (
 )
 from typing_extensions import Self
 
-from mongo_ckpt import client_bulk
+from mongo_ckpt import client_bulk, rekeying
 from mongo_ckpt.base import MongoSaverBase
 from mongo_ckpt.calls import CLIENT, Operation
 from mongo_ckpt.client_bulk import ClientCalls
@@ -280,6 +280,13 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
         """
         return self._run(self.ops.sweep_ttl(), SpanInfo("sweep_ttl"))
 
+    def rekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
+        """Encrypt every item a ``KeyRing`` key other than the current one wrote under the
+        current key, beside live writers, each read back; run it again to resume
+        (``mongo_ckpt.rekeying``). ``MissingKeyError`` names a key the ring lacks."""
+        rekey = rekeying.rekey(rekeying.ring_of(self.serde), rekeying.STORE_PLACES, batch_size)
+        return self._run(rekey, SpanInfo("rekey"))
+
     # -- async API ------------------------------------------------------------
 
     async def asetup(self) -> None:
@@ -306,6 +313,11 @@ class MongoStoreBase(BaseStore, Generic[ClientT, CollectionT]):
     async def asweep_ttl(self) -> int:
         """Async ``sweep_ttl``."""
         return await self._arun(self.ops.sweep_ttl(), SpanInfo("sweep_ttl"))
+
+    async def arekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
+        """Async ``rekey``."""
+        rekey = rekeying.rekey(rekeying.ring_of(self.serde), rekeying.STORE_PLACES, batch_size)
+        return await self._arun(rekey, SpanInfo("rekey"))
 
     # -- helpers --------------------------------------------------------------
 

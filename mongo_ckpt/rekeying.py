@@ -1,0 +1,239 @@
+"""Re-encrypting stored values under a ``KeyRing``'s current key: ``rekey``.
+
+A value stays under the key that wrote it until it is rewritten. ``rekey`` finds every
+value whose type tag names another key (``msgpack+aes:k1``, or ``msgpack+aes``: a value of
+``from_pycryptodome_aes``), decrypts it with the ring and encrypts the same plaintext
+under the current key: the serialized bytes inside are never decoded, so a value reads
+back exactly as before; each new ciphertext is decrypted again and compared before it is
+written. A value is written back only if it is still as read (a filter on its old bytes):
+a writer that replaced it meanwhile wins. A value in several parts (``payload``) gets its
+new parts under the new value id first, then its head names them, then the old parts go;
+a head a writer replaced meanwhile keeps its own parts, and the new ones go instead.
+Every value written is read back and counted only if it holds the new bytes.
+
+The scan goes by ``_id`` in batches; running it again resumes a run stopped anywhere (it
+selects the values still under other keys) and takes the values that instances holding an
+older current key wrote meanwhile. The report counts what is left.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from pymongo import UpdateOne
+
+from mongo_ckpt.calls import Operation, bulk_write, count_documents, delete_many, find, update_one
+from mongo_ckpt.keyring import KEY_ID, KeyRing
+from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, STORE, WRITE_KEY, WRITES
+from mongo_ckpt.maintenance import TOUCHED_AT
+from mongo_ckpt.payload import join, split
+
+BATCH = 200
+"""Values read per round: a round holds them twice (old and new bytes) in memory."""
+_ENCRYPTED = re.compile(rf"\+aes(:{KEY_ID.pattern})?$")
+REPLACED = "replaced_vid"
+"""On a head swapped to new parts, the value id of the old parts until they are deleted."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a collection keeps serialized values: the fields of the type tag and bytes;
+    ``parts_key``: the key fields of values stored in parts (``payload``)."""
+
+    collection: str
+    type_field: str
+    data_field: str
+    parts_key: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.collection}.{self.type_field.rpartition('.')[0] or 'value'}"
+
+
+SAVER_PLACES = (
+    Place(CHECKPOINTS, "checkpoint.type", "checkpoint.data"),
+    Place(CHECKPOINTS, "metadata_typed.type", "metadata_typed.data"),
+    Place(BLOBS, "type", "data", BLOB_KEY),
+    Place(WRITES, "type", "data", WRITE_KEY),
+)
+STORE_PLACES = (Place(STORE, "value_typed.type", "value_typed.data"),)
+
+
+@dataclass
+class Rekeyed:
+    """What ``rekey`` did, by place (``collection.field``, collections by logical name):
+    values now under the current key, read back (``rekeyed``); values a writer replaced or
+    deleted while they were re-encrypted, whose own value stands (``changed``); values
+    still under another key when the run ended (``left``: run it again)."""
+
+    rekeyed: Counter[str] = field(default_factory=Counter)
+    changed: Counter[str] = field(default_factory=Counter)
+    left: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def done(self) -> bool:
+        """Whether no value was left under another key."""
+        return not +self.left
+
+
+def ring_of(serde: SerializerProtocol | None) -> KeyRing:
+    """The ``KeyRing`` of ``serde``; ``TypeError`` saying what to pass if it has none."""
+    cipher = serde.cipher if isinstance(serde, EncryptedSerializer) else None
+    if not isinstance(cipher, KeyRing):
+        raise TypeError(
+            "rekey re-encrypts values under a KeyRing's current key: open this saver, store "
+            "or cache with serde=mongo_ckpt.keyring_serializer(keys, current), where keys "
+            f"holds every key values were written with (its serde is {type(serde).__name__})"
+        )
+    return cipher
+
+
+def selection(place: Place, current: str) -> dict[str, Any]:
+    """The values at ``place`` encrypted under another key than ``current``, and heads
+    whose old parts a cut run left (``REPLACED``)."""
+    stale = {place.type_field: {"$regex": _ENCRYPTED.pattern, "$nin": [_own(current)]}}
+    return {"$or": [stale, {REPLACED: {"$exists": True}}]} if place.parts_key else stale
+
+
+def _own(current: str) -> re.Pattern[str]:
+    return re.compile(rf"\+aes:{re.escape(current)}$")
+
+
+def _get(doc: Mapping[str, Any], dotted: str) -> Any:
+    for name in dotted.split("."):
+        doc = doc[name]
+    return doc
+
+
+@dataclass
+class _Swap:
+    """One value's re-encryption: the head's ``_id`` and old bytes, its new fields, and
+    for a value in parts the new non-head parts and the old value id."""
+
+    id: Any
+    old: bytes
+    new: dict[str, Any]
+    parts: list[UpdateOne] = field(default_factory=list)
+    key: dict[str, Any] = field(default_factory=dict)
+    old_vid: Any = None
+
+
+def _swap(ring: KeyRing, place: Place, head: Mapping[str, Any], data: bytes) -> _Swap:
+    inner, _, cipher = _get(head, place.type_field).partition("+")
+    name, ciphertext = ring.reencrypt(cipher, data)
+    type_ = f"{inner}+{name}"
+    if not place.parts_key:
+        new = {place.type_field: type_, place.data_field: ciphertext}
+        return _Swap(head["_id"], _get(head, place.data_field), new)
+    *tails, first = split(type_, ciphertext)
+    first.pop("part")
+    key = {name: head[name] for name in place.parts_key}
+    kept = {name: head[name] for name in ("channel", "task_path", "join") if name in head}
+    parts = [
+        UpdateOne(
+            {**key, "part": part.pop("part")},
+            {"$setOnInsert": {**kept, **part}, "$currentDate": {TOUCHED_AT: True}},
+            upsert=True,
+        )
+        for part in tails
+    ]
+    return _Swap(head["_id"], head["data"], first, parts, key, head.get("vid"))
+
+
+def rekey(
+    ring: KeyRing, places: Sequence[Place], batch_size: int = BATCH
+) -> Operation[Rekeyed]:
+    """Re-encrypt every value at ``places`` under ``ring``'s current key (module docstring)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size!r}")
+    report = Rekeyed()
+    for place in places:
+        wanted = selection(place, ring.current)
+        last: Any = None
+        while True:
+            after = {} if last is None else {"_id": {"$gt": last}}
+            heads = yield from find(
+                place.collection, {**wanted, **after}, sort=[("_id", 1)], limit=batch_size
+            )
+            if not heads:
+                break
+            last = heads[-1]["_id"]
+            swaps = []
+            for head in heads:
+                if REPLACED in head:
+                    yield from _drop_old_parts(place, head, head[REPLACED])
+                if _own(ring.current).search(_get(head, place.type_field)):
+                    continue
+                data = yield from _whole(place, head)
+                if data is not None:
+                    swaps.append(_swap(ring, place, head, data))
+            if swaps:
+                yield from _write(place, swaps, report)
+        report.left[place.label] = yield from count_documents(place.collection, wanted)
+    return report
+
+
+def _whole(place: Place, head: Mapping[str, Any]) -> Operation[bytes | None]:
+    """The bytes of the value ``head`` starts; ``None`` if it is not whole (a write cut or
+    under way: its writer finishes or removes it)."""
+    if head.get("parts", 1) == 1:
+        return bytes(_get(head, place.data_field))
+    key = {name: head[name] for name in place.parts_key}
+    tails = yield from find(place.collection, {**key, "vid": head.get("vid"), "part": {"$ne": 0}})
+    joined = join([head, *tails], place.parts_key)
+    found = joined.get(tuple(key.values()))
+    return None if found is None else found[1][1]
+
+
+def _write(place: Place, swaps: Sequence[_Swap], report: Rekeyed) -> Operation[None]:
+    """Write ``swaps`` back where their values are still as read, then read them back."""
+    whole = [s for s in swaps if not s.parts]
+    if whole:
+        requests = [
+            UpdateOne({"_id": s.id, place.data_field: s.old}, {"$set": s.new}) for s in whole
+        ]
+        yield from bulk_write(place.collection, requests, ordered=False)
+    for swap in swaps:
+        if swap.parts:
+            yield from _write_in_parts(place, swap)
+    ids = [swap.id for swap in swaps]
+    stored = yield from find(
+        place.collection, {"_id": {"$in": ids}}, projection={place.data_field: 1}
+    )
+    now = {doc["_id"]: bytes(_get(doc, place.data_field)) for doc in stored}
+    for swap in swaps:
+        landed = now.get(swap.id) == bytes(swap.new[place.data_field])
+        (report.rekeyed if landed else report.changed)[place.label] += 1
+
+
+def _write_in_parts(place: Place, swap: _Swap) -> Operation[None]:
+    """New parts first, the head swapped to them if it is still as read (naming the old
+    parts in ``REPLACED``), then the parts the head no longer names: the old ones, or the
+    new ones if a writer replaced the head. A run cut before the swap is run again with
+    the same new parts (``KeyRing.reencrypt``); one cut after it finds ``REPLACED``."""
+    yield from bulk_write(place.collection, swap.parts, ordered=True)
+    result = yield from update_one(
+        place.collection,
+        {"_id": swap.id, "data": swap.old, "vid": swap.old_vid},
+        {"$set": {**swap.new, REPLACED: swap.old_vid}},
+        upsert=False,
+    )
+    if result.matched_count:
+        yield from _drop_old_parts(place, {"_id": swap.id, **swap.key}, swap.old_vid)
+    else:
+        stray = {**swap.key, "part": {"$ne": 0}, "vid": swap.new["vid"]}
+        yield from delete_many(place.collection, stray)
+
+
+def _drop_old_parts(place: Place, head: Mapping[str, Any], vid: Any) -> Operation[None]:
+    """Delete the parts of value id ``vid`` under ``head``'s key, then its ``REPLACED``."""
+    key = {name: head[name] for name in place.parts_key}
+    yield from delete_many(place.collection, {**key, "part": {"$ne": 0}, "vid": vid})
+    marked = {"_id": head["_id"], REPLACED: vid}
+    yield from update_one(place.collection, marked, {"$unset": {REPLACED: ""}}, upsert=False)
