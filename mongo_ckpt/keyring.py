@@ -13,6 +13,8 @@ name ``aes``, no key id) are read with the key named ``legacy``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 from collections.abc import Mapping
@@ -116,3 +118,36 @@ def keyring_serializer(
     """An ``EncryptedSerializer`` on a ``KeyRing``: pass it as a saver's, store's or
     cache's ``serde``; rotate by adding a key and making it ``current``."""
     return EncryptedSerializer(KeyRing(keys, current, legacy=legacy), serde or JsonPlusSerializer())
+
+
+KEYS_VARIABLE = "MONGO_CKPT_KEYS"
+CURRENT_VARIABLE = "MONGO_CKPT_CURRENT_KEY"
+LEGACY_ID = "LANGGRAPH_AES_KEY"
+
+
+def keyring_from_env(env: Mapping[str, str]) -> EncryptedSerializer | None:
+    """The ``keyring_serializer`` an environment describes, ``None`` without
+    ``MONGO_CKPT_KEYS``: ``id:<base64 key>`` pairs separated by commas; the current key is
+    ``MONGO_CKPT_CURRENT_KEY``, else the last one listed. With ``LANGGRAPH_AES_KEY`` set too,
+    the ring holds that key as ``LANGGRAPH_AES_KEY``, the ``legacy`` key. ``ValueError``
+    says what is wrong."""
+    listed = env.get(KEYS_VARIABLE, "").strip()
+    if not listed:
+        return None
+    keys: dict[str, bytes] = {}
+    for pair in listed.split(","):
+        key_id, sep, encoded = pair.strip().partition(":")
+        try:
+            keys[key_id] = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            sep = ""
+        if not sep:
+            raise ValueError(
+                f"{KEYS_VARIABLE}: {pair.strip()!r} is not <key id>:<base64 key> "
+                "(pairs separated by commas)"
+            )
+    current = env.get(CURRENT_VARIABLE) or [*keys][-1]
+    legacy = env.get(LEGACY_ID)
+    if legacy:
+        keys.setdefault(LEGACY_ID, legacy.encode())
+    return keyring_serializer(keys, current, legacy=LEGACY_ID if legacy else None)

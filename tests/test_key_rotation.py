@@ -123,7 +123,7 @@ def test_the_store_reads_old_values_and_writes_new_ones_under_the_current_key(
 
 
 @pytest.mark.parametrize("env", [{}, {"LANGGRAPH_AES_KEY": K1.decode()}], ids=["no key", "a key"])
-def test_the_command_line_says_it_reads_a_single_key(env: dict[str, str]) -> None:
+def test_the_command_line_says_the_data_needs_the_ring(env: dict[str, str]) -> None:
     client = sync_client("mock")
     db = f"t_keys_{uuid.uuid4().hex[:8]}"
     saver = MongoDBSaver(client, db, serde=keyring_serializer({"k1": K1}, "k1"))
@@ -131,7 +131,7 @@ def test_the_command_line_says_it_reads_a_single_key(env: dict[str, str]) -> Non
         {"messages": [HumanMessage(MARKER)]}, thread("t")
     )
     result = invoke(client, "show", "t", "--db", db, env=env)
-    assert result.exit_code == 1 and "KeyRing" in result.output, result.output
+    assert result.exit_code == 1 and "set MONGO_CKPT_KEYS" in result.output, result.output
     assert "Traceback" not in result.output
 
 

@@ -17,7 +17,7 @@ import click
 from mongo_ckpt import __version__
 from mongo_ckpt.cli.demo import demo
 from mongo_ckpt.cli.doctor import doctor
-from mongo_ckpt.cli.maintenance import copy, delete, prune, ttl
+from mongo_ckpt.cli.maintenance import copy, delete, prune, rekey, ttl
 from mongo_ckpt.cli.migrate import migrate, upgrade
 from mongo_ckpt.cli.options import CliState
 from mongo_ckpt.cli.stats import stats
@@ -51,8 +51,8 @@ def cli() -> None:
 
 
 for command in (
-    threads, history, show, diff, stats, delete, copy, prune, ttl, doctor, migrate, upgrade,
-    demo,
+    threads, history, show, diff, stats, delete, copy, prune, ttl, rekey, doctor, migrate,
+    upgrade, demo,
 ):
     cli.add_command(command)
 

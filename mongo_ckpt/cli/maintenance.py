@@ -1,5 +1,6 @@
 """``delete``, ``copy`` and ``prune``: the saver's own maintenance methods, with a dry run
-and a confirmation prompt; and ``ttl``, a thread's own ttl."""
+and a confirmation prompt; ``ttl``, a thread's own ttl; ``rekey``, re-encryption under the
+current key."""
 
 from __future__ import annotations
 
@@ -9,12 +10,29 @@ from typing import Any, TypeVar
 
 import click
 
-from mongo_ckpt import inspection, thread_settings
-from mongo_ckpt.cli.options import Session, Target, finite, open_session, target_options
-from mongo_ckpt.cli.output import DONE, NOTHING_MATCHED, NothingMatched, console, emit_json, table
+from mongo_ckpt import inspection, rekeying, thread_settings
+from mongo_ckpt.calls import count_documents
+from mongo_ckpt.cli.options import (
+    Session,
+    Target,
+    finite,
+    open_session,
+    serde_from_env,
+    target_options,
+)
+from mongo_ckpt.cli.output import (
+    DONE,
+    ERROR,
+    NOTHING_MATCHED,
+    NothingMatched,
+    console,
+    emit_json,
+    table,
+)
 from mongo_ckpt.clock import server_now
 from mongo_ckpt.copying import ThreadExistsError
-from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES
+from mongo_ckpt.keyring import KEYS_VARIABLE
+from mongo_ckpt.layout import BLOBS, CHECKPOINTS, STORE, THREADS, WRITES
 from mongo_ckpt.operations import Deleted
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -243,3 +261,56 @@ def ttl(target: Target, thread_id: str, ttl: str | None) -> None:
         emit_json(target.db, {"thread_id": thread_id, "ttl": shown})
     else:
         console().print(f"thread {thread_id!r}: ttl {shown}")
+
+
+@click.command()
+@target_options
+@click.option(
+    "--store", "store_collection", metavar="COLLECTION",
+    help="Also the items of this store collection (e.g. store).",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=rekeying.BATCH, show_default=True,
+    help="Values read and written per round.",
+)
+@dry_run_option
+def rekey(target: Target, store_collection: str | None, batch_size: int, dry_run: bool) -> None:
+    """Re-encrypt what keys other than the current one wrote under the current key
+    (saver.rekey, store.rekey), beside running applications; run it again to resume. The
+    key ring is MONGO_CKPT_KEYS: id:<base64 key> pairs separated by commas, the current
+    key MONGO_CKPT_CURRENT_KEY (else the last listed), and LANGGRAPH_AES_KEY, if set, the
+    key of values without a key id. Exit status 1 when values are left under other keys."""
+    try:
+        ring = rekeying.ring_of(serde_from_env())
+    except TypeError:
+        raise click.UsageError(
+            f"rekey needs the key ring: set {KEYS_VARIABLE} to id:<base64 key> pairs, "
+            "separated by commas (every key values were written with, and the current one)"
+        ) from None
+    with open_session(target) as session:
+        places = list(rekeying.SAVER_PLACES)
+        if store_collection:
+            session.collections[STORE] = session.saver.db[store_collection]
+            places += rekeying.STORE_PLACES
+        if dry_run:
+            report = rekeying.Rekeyed()
+            for place in places:
+                wanted = rekeying.selection(place, ring.current)
+                report.left[place.label] = session.run(count_documents(place.collection, wanted))
+        else:
+            report = session.run(rekeying.rekey(ring, places, batch_size))
+    status = DONE if report.done else ERROR
+    counts = {"rekeyed": report.rekeyed, "changed": report.changed, "left": report.left}
+    if target.json:
+        by_place = {name: dict(counted) for name, counted in counts.items()}
+        emit_json(target.db, {"current_key": ring.current, "dry_run": dry_run, **by_place}, status)
+    else:
+        columns = ("values", "re-encrypted", "changed by writers", "under other keys")
+        rows = [[p.label, *(counted[p.label] for counted in counts.values())] for p in places]
+        console().print(table(f"rekey to {ring.current!r}", columns, rows))
+        if not report.done:
+            console().print(
+                "values are left under other keys: run rekey again (once every process writes "
+                f"with {ring.current!r})"
+            )
+    raise click.exceptions.Exit(status)

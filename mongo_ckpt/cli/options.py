@@ -24,6 +24,7 @@ from mongo_ckpt.cli.output import NothingMatched
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
+from mongo_ckpt.keyring import KEYS_VARIABLE, MissingKeyError, keyring_from_env
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.redaction import reason, redacted
 from mongo_ckpt.saver import MongoDBSaver
@@ -184,7 +185,8 @@ def open_client(target: Target) -> Iterator[Any]:
 
 KEYRING_DATA = (
     "the data was encrypted with a KeyRing (mongo_ckpt.keyring_serializer), whose values "
-    "name their key; the command line reads values of a single key (LANGGRAPH_AES_KEY) only"
+    "name their key: set MONGO_CKPT_KEYS to its keys (id:<base64 key> pairs, separated by "
+    "commas)"
 )
 
 
@@ -211,6 +213,8 @@ def _explained(uri: str | None) -> Iterator[None]:
                 "written with"
             ) from None
         raise
+    except MissingKeyError as exc:
+        raise click.ClickException(f"{exc} (MONGO_CKPT_KEYS)") from None
     except AssertionError as exc:  # LangGraph's single-key cipher, on a KeyRing's value
         if str(exc).startswith("Unsupported cipher: aes:"):
             raise click.ClickException(f"{exc}: {KEYRING_DATA}") from None
@@ -224,7 +228,15 @@ def _explained(uri: str | None) -> Iterator[None]:
 
 
 def serde_from_env() -> SerializerProtocol:
-    """LangGraph's serializer; ``EncryptedSerializer`` (AES) when ``LANGGRAPH_AES_KEY`` is set."""
+    """LangGraph's serializer; a ``KeyRing`` one when ``MONGO_CKPT_KEYS`` is set
+    (``keyring.keyring_from_env``), else ``EncryptedSerializer`` (AES) when
+    ``LANGGRAPH_AES_KEY`` is set."""
+    try:
+        ring = keyring_from_env(os.environ)
+    except (ImportError, ValueError) as exc:
+        raise click.UsageError(f"{KEYS_VARIABLE} is set but cannot be used: {exc}") from exc
+    if ring is not None:
+        return ring
     if not os.environ.get("LANGGRAPH_AES_KEY"):
         return JsonPlusSerializer()
     try:
