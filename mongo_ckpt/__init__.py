@@ -11,6 +11,7 @@ from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.keyring import KeyRing, MissingKeyError, keyring_serializer
+from mongo_ckpt.leases import ThreadLeaseHeld, ThreadLeaseLost
 from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.reading import MissingValueError
 from mongo_ckpt.rekeying import Rekeyed
@@ -39,6 +40,8 @@ __all__ = [
     "SchemaUpgradeRequired",
     "StaleParentError",
     "ThreadExistsError",
+    "ThreadLeaseHeld",
+    "ThreadLeaseLost",
     "UnacknowledgedWritesError",
     "__version__",
     "keyring_serializer",

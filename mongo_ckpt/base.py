@@ -7,6 +7,7 @@ import numbers
 import random
 import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -23,7 +24,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo.write_concern import WriteConcern
 from typing_extensions import Self
 
-from mongo_ckpt import client_bulk, maintenance, rekeying, thread_settings
+from mongo_ckpt import client_bulk, leases, maintenance, rekeying, thread_settings
 from mongo_ckpt.calls import CLIENT, Operation
 from mongo_ckpt.client_bulk import ClientCalls
 from mongo_ckpt.connection import (
@@ -431,6 +432,39 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         again). A put whose ``configurable`` holds ``thread_ttl`` sets it too."""
         self._run(self.ops.set_thread_ttl(thread_id, ttl), SpanInfo("set_thread_ttl", thread_id))
 
+    def lease_thread(
+        self,
+        thread_id: str,
+        *,
+        seconds: float = leases.LEASE_SECONDS,
+        take_over: bool = False,
+        owner: str | None = None,
+    ) -> str:
+        """Take the thread's owner lease for ``seconds`` (by the server's clock; every
+        fenced write renews it) and return the owner token: runs whose ``configurable``
+        holds it as ``thread_owner`` write only while it holds the lease, else raise
+        ``ThreadLeaseLost`` having written nothing. ``ThreadLeaseHeld`` while another
+        owner's lease runs, unless ``take_over``; ``owner``: renew that token's lease."""
+        take = leases.take(thread_id, owner, seconds, take_over)
+        return self._run(take, SpanInfo("lease_thread", thread_id))
+
+    def release_thread(self, thread_id: str, owner: str) -> bool:
+        """End ``owner``'s lease of the thread (its later writes stay fenced); whether it
+        held it."""
+        return self._run(leases.release(thread_id, owner), SpanInfo("release_thread", thread_id))
+
+    @contextmanager
+    def thread_lease(
+        self, thread_id: str, *, seconds: float = leases.LEASE_SECONDS, take_over: bool = False
+    ) -> Iterator[str]:
+        """``lease_thread`` for the block, released after it: the owner token, for a run's
+        ``configurable["thread_owner"]``."""
+        owner = self.lease_thread(thread_id, seconds=seconds, take_over=take_over)
+        try:
+            yield owner
+        finally:
+            self.release_thread(thread_id, owner)
+
     def rekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
         """Encrypt every stored checkpoint, value and pending write that a ``KeyRing`` key
         other than the current one wrote under the current key, beside live writers, each
@@ -549,6 +583,34 @@ class MongoSaverBase(BaseCheckpointSaver[str], Generic[ClientT]):
         """Async ``set_thread_ttl``."""
         set_ttl = self.ops.set_thread_ttl(thread_id, ttl)
         await self._arun(set_ttl, SpanInfo("set_thread_ttl", thread_id))
+
+    async def alease_thread(
+        self,
+        thread_id: str,
+        *,
+        seconds: float = leases.LEASE_SECONDS,
+        take_over: bool = False,
+        owner: str | None = None,
+    ) -> str:
+        """Async ``lease_thread``."""
+        take = leases.take(thread_id, owner, seconds, take_over)
+        return await self._arun(take, SpanInfo("lease_thread", thread_id))
+
+    async def arelease_thread(self, thread_id: str, owner: str) -> bool:
+        """Async ``release_thread``."""
+        release = leases.release(thread_id, owner)
+        return await self._arun(release, SpanInfo("release_thread", thread_id))
+
+    @asynccontextmanager
+    async def athread_lease(
+        self, thread_id: str, *, seconds: float = leases.LEASE_SECONDS, take_over: bool = False
+    ) -> AsyncIterator[str]:
+        """Async ``thread_lease``."""
+        owner = await self.alease_thread(thread_id, seconds=seconds, take_over=take_over)
+        try:
+            yield owner
+        finally:
+            await self.arelease_thread(thread_id, owner)
 
     async def arekey(self, *, batch_size: int = rekeying.BATCH) -> rekeying.Rekeyed:
         """Async ``rekey``."""

@@ -8,7 +8,8 @@ A ``put`` reads top to bottom in five steps:
 2. build: the value requests and the checkpoint document (``documents``), its size
    checked before anything is written;
 3. values: written first, so a reader never sees a checkpoint without its values; a value
-   stored by an earlier attempt is adopted (the stored value is the truth);
+   stored by an earlier attempt is adopted (the stored value is the truth); a run with a
+   ``thread_owner`` checks its lease before them (``leases``);
 4. checkpoint and parent probe: one ordered bulk write (``maintenance.probe_parent``);
    steps 3 and 4 are two commands (``_put_in_two_commands``) or, where the saver uses the
    client-level bulk write (``client_bulk``), one (``_put_in_one_command``), whose value
@@ -36,7 +37,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, InvalidOperation, OperationFailure
 from pymongo.results import BulkWriteResult
 
-from mongo_ckpt import listdelta, maintenance, thread_settings
+from mongo_ckpt import leases, listdelta, maintenance, thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
@@ -65,6 +66,7 @@ from mongo_ckpt.layout import (
     BLOBS,
     CHECKPOINT_KEY,
     CHECKPOINTS,
+    THREADS,
     WRITE_KEY,
     WRITES,
 )
@@ -114,6 +116,7 @@ class WriteOperations:
         thread_id, checkpoint_ns, parent_id = thread_key(config)
         checkpoint_id = coerce_id(checkpoint["id"], "checkpoint['id']")
         own_ttl = thread_settings.configured(config)
+        owner = leases.configured(config)
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         metadata = get_checkpoint_metadata(config, metadata)
         values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
@@ -130,7 +133,7 @@ class WriteOperations:
         check_checkpoint_size(doc)  # before the values: a refused put leaves nothing behind
         parent = None if parent_id is None else (thread_id, checkpoint_ns, parent_id)
         stored_parent = None if parent is None else self.memory.stored_id(parent)
-        prepared = _Put(key, parent_id, stored_parent, values, plan, blobs, doc)
+        prepared = _Put(key, parent_id, stored_parent, values, plan, blobs, doc, owner)
         # 3. values and 4. the checkpoint with its parent probe: in one command where the
         # server has the client-level bulk write, else in two
         one = self.put_path is not None and self.put_path.namespaces is not None
@@ -163,14 +166,22 @@ class WriteOperations:
         path = self.put_path
         assert path is not None and path.namespaces is not None
         requests = [(BLOBS, put.blobs.inserting_heads()), (CHECKPOINTS, put.checkpoint_requests())]
+        if put.owner is not None:  # the lease check first: where it fails, nothing is written
+            requests.insert(0, (THREADS, [leases.check(put.key["thread_id"], put.owner)]))
         refused = False
         try:
-            values_written, written = yield from client_bulk_write(requests, path.namespaces)
+            *checked, values_written, written = yield from client_bulk_write(
+                requests, path.namespaces
+            )
         except (OperationFailure, InvalidOperation) as error:
             path.refused(error)  # raised again unless the primary has no such command
             refused = True
         if refused:  # outside the handler: an error of the fallback does not chain to it
             return (yield from self._put_in_two_commands(put))
+        if checked and isinstance(checked[0], BulkWriteError):
+            if leases.lost(checked[0].details["writeErrors"][0]):
+                raise leases.ThreadLeaseLost(put.key["thread_id"])
+            raise checked[0]
         inserted = _inserted_heads(put.blobs, values_written)
         if isinstance(values_written, BulkWriteError):
             if not _head_stored(values_written, put.blobs):
@@ -187,6 +198,8 @@ class WriteOperations:
         """3. the values (a value an earlier attempt stored is adopted: the stored value is
         the truth), then 4. the checkpoint and its parent probe, built after them (an
         adopted value changes ``doc``); also what finishes a stopped one-command put."""
+        if inserted is None and put.owner is not None:  # not checked in one command before
+            yield from leases.checked(put.key["thread_id"], put.owner)
         inserted = set() if inserted is None else inserted
         if put.blobs.requests:
             result = yield from _write_values(BLOBS, BLOB_KEY, put.blobs)
@@ -316,10 +329,13 @@ class WriteOperations:
             )
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
         task_id = coerce_id(task_id, "task_id")
+        owner = leases.configured(config)
         requests = write_requests(
             key, writes, task_id, task_path or "", self.serde, compress=self.compressing
         )
         if requests.requests:
+            if owner is not None:
+                yield from leases.checked(thread_id, owner)
             yield from _write_values(WRITES, WRITE_KEY, requests)
 
 
@@ -333,6 +349,7 @@ class _Put(NamedTuple):
     plan: Plan
     blobs: ValueWrites
     doc: dict[str, Any]  # its ``values`` rewritten when a stored value is adopted
+    owner: str | None  # the run's ``thread_owner``: its lease is checked first
 
     def checkpoint_requests(self) -> list[WriteRequest]:
         return _checkpoint_requests(self.key, self.doc, self.parent_id, self.stored_parent)

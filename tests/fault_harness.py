@@ -1,7 +1,8 @@
 """The fault-injection harness over the savers' write paths (this module holds no tests).
 
 ``check_every_fault(saver, name)`` runs one operation (put, put_writes, copy_thread,
-prune, delete_for_runs or the retention sweep) once cleanly to learn its calls, then, on
+prune, delete_for_runs, the retention sweep, or a put or put_writes fenced by a
+``thread_owner``) once cleanly to learn its calls, then, on
 a fresh thread per case, makes each call fail in turn (before it is sent, after the
 server applied it, and for bulk writes cut after every k requests), and retries. Writes
 are retried with the same value and with another one (a put whose first value was stored
@@ -42,6 +43,8 @@ OPERATIONS = [
     "delete_for_runs",
     "sweep_expired",
     "sweep_keep_latest",
+    "put_fenced",
+    "put_writes_fenced",
 ]
 WRITING = ("put", "put_writes")  # retried with the same value and with another one
 _ids = itertools.count()
@@ -59,6 +62,12 @@ class World:
         self.api = Api(saver)
         self.allowed: dict[str, dict[str, tuple[dict, dict]]] = {}
         self.last: dict[str, dict] = {}
+        self.owner: str | None = None  # set: every write is fenced by this thread_owner
+
+    def fenced(self, config: dict) -> dict:
+        if self.owner is None:
+            return config
+        return {"configurable": {**config["configurable"], "thread_owner": self.owner}}
 
     def prepare_put(
         self, thread: str, step: int, run_id: str = "r"
@@ -75,7 +84,7 @@ class World:
             values["a"].append(big(seed))
             attempt = {**checkpoint, "channel_values": {"a": big(seed), "b": big(1000)}}
             metadata = generate_metadata(run_id=run_id)
-            stored = await self.api.put(config, attempt, metadata, new)
+            stored = await self.api.put(self.fenced(config), attempt, metadata, new)
             self.last[thread] = stored
             return stored
 
@@ -90,7 +99,7 @@ class World:
             writes = [("w", big(seed)), ("__error__", big(seed + 1))]
             for channel, value in writes:
                 allowed.setdefault((task, channel), []).append(value)
-            await self.api.put_writes(stored, writes, task)
+            await self.api.put_writes(self.fenced(stored), writes, task)
 
         return write
 
@@ -121,8 +130,11 @@ class Scenario:
 
 
 async def scenario(world: World, name: str, other_value: bool) -> Scenario:
-    """Seed a fresh thread (3 checkpoints with writes, the first two of a doomed run)."""
+    """Seed a fresh thread (3 checkpoints with writes, the first two of a doomed run);
+    ``*_fenced``: every write with a ``thread_owner`` (its first put takes the lease)."""
     thread = f"{name}-{next(_ids)}"
+    if name.endswith("_fenced"):
+        world.owner, name = f"owner-{thread}", name.removesuffix("_fenced")
     for step in range(1, 4):
         await world.prepare_put(thread, step, f"doomed-{thread}" if step < 3 else "kept")()
         await world.prepare_writes(thread, "task")(step * 10)
@@ -194,7 +206,7 @@ async def check_every_fault(saver: Any, name: str) -> int:
         faults.restore()
     plan = fault_plan(faults)
     assert plan
-    outcomes = (False, True) if name in WRITING else (False,)
+    outcomes = (False, True) if name.removesuffix("_fenced") in WRITING else (False,)
     for fault, other_value in itertools.product(plan, outcomes):
         world = World(saver)
         case = await scenario(world, name, other_value)
@@ -214,7 +226,7 @@ async def check_every_fault(saver: Any, name: str) -> int:
         except ConflictingValueError:
             # The first attempt stored its value: another one under that version is
             # refused, changing nothing readable; the first value again completes the put.
-            assert name == "put" and other_value, fault
+            assert name in ("put", "put_fenced") and other_value, fault
             await world.check(case.thread)
             await case.attempt()
         assert await world.check(case.checked, source=case.thread) == case.visible, fault

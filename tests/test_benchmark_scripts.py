@@ -19,6 +19,7 @@ SMALLEST = {
     "bench_latency.py": ["--rtt", "0", "--turns", "6", "--repeat", "1"],
     "bench_migration.py": ["--backend", "mock", "--threads", "2", "--turns", "2", "--batch", "1"],
     "bench_put_cpu.py": ["--turns", "4", "--window", "2", "--top", "1"],
+    "bench_rekey.py": ["--backend", "mock", "--threads", "2", "--turns", "1"],
     "bench_store.py": ["--backend", "mock", "--repeat", "1"],
     "bench_telemetry.py": ["--backend", "mock", "--turns", "2"],
 }
