@@ -18,7 +18,7 @@ from mongo_ckpt.identifiers import as_id
 from mongo_ckpt.layout import PENDING, blob_join, write_join
 from mongo_ckpt.listdelta import Delta, values_entries
 from mongo_ckpt.maintenance import DOOMED, TOUCHED_AT
-from mongo_ckpt.payload import may_span_parts, split
+from mongo_ckpt.payload import NEW_PARTS, may_span_parts, split
 
 _MAX_INT64 = 2**63 - 1
 
@@ -307,7 +307,8 @@ def write_requests(
             update = {"$set" if special and part == 0 else "$setOnInsert": fields}
             out.requests.append(UpdateOne({**write_key, "part": part}, update, upsert=True))
         if special:
-            stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": parts[0]["vid"]}}
+            stale = {**write_key, "part": {"$ne": 0}, "vid": {"$ne": parts[0]["vid"]},
+                     NEW_PARTS: {"$exists": False}}
             out.requests.append(DeleteMany(stale))
         elif len(parts) > 1 or spans:
             out.multipart.append(write_key)

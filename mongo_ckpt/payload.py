@@ -30,6 +30,10 @@ from bson import Binary
 CHUNK_SIZE = 8 * 1024 * 1024
 COMPRESS_FROM = 2048
 """Smallest serialized value stored compressed (below it zlib's framing outweighs the gain)."""
+NEW_PARTS = "rekeying"
+"""Marks the parts ``rekeying`` writes before their head names them: the writers that
+remove parts their head does not name (a retried put, a special channel's overwrite)
+leave marked ones, which ``rekeying`` itself removes or unmarks."""
 ZLIB = "+zlib"
 """The suffix of a compressed value's type tag."""
 _LEVEL = 1  # zlib's fastest: most of the gain on serialized messages, at a fraction of the CPU

@@ -7,9 +7,12 @@ under the current key: the serialized bytes inside are never decoded, so a value
 back exactly as before; each new ciphertext is decrypted again and compared before it is
 written. A value is written back only if it is still as read (a filter on its old bytes):
 a writer that replaced it meanwhile wins. A value in several parts (``payload``) gets its
-new parts under the new value id first, then its head names them, then the old parts go;
-a head a writer replaced meanwhile keeps its own parts, and the new ones go instead.
-Every value written is read back and counted only if it holds the new bytes.
+new parts under the new value id first, marked ``payload.NEW_PARTS`` so that the writers
+who remove parts their head does not name leave them, then its head names them (and the
+old parts, ``REPLACED``); once the place is done, the old parts go and the mark with them
+(a reader that read the old head still finds its parts meanwhile). A head a writer
+replaced meanwhile keeps its own parts, and the new ones go instead. Every value written
+is read back and counted only if it holds the new bytes.
 
 The scan goes by ``_id`` in batches; running it again resumes a run stopped anywhere (it
 selects the values still under other keys) and takes the values that instances holding an
@@ -28,11 +31,21 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo import UpdateOne
 
-from mongo_ckpt.calls import Operation, bulk_write, count_documents, delete_many, find, update_one
+from mongo_ckpt.calls import (
+    Operation,
+    bulk_write,
+    count_documents,
+    delete_many,
+    find,
+    find_one,
+    update_many,
+    update_one,
+)
 from mongo_ckpt.keyring import KEY_ID, KeyRing
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, STORE, WRITE_KEY, WRITES
 from mongo_ckpt.maintenance import TOUCHED_AT
-from mongo_ckpt.payload import join, split
+from mongo_ckpt.payload import NEW_PARTS, join, split
+from mongo_ckpt.schema import SCHEMA
 
 BATCH = 200
 """Values read per round: a round holds them twice (old and new bytes) in memory."""
@@ -57,6 +70,7 @@ class Place:
 
 
 SAVER_PLACES = (
+    Place(SCHEMA, "version_key.type", "version_key.data"),  # a migration's key (migration.py)
     Place(CHECKPOINTS, "checkpoint.type", "checkpoint.data"),
     Place(CHECKPOINTS, "metadata_typed.type", "metadata_typed.data"),
     Place(BLOBS, "type", "data", BLOB_KEY),
@@ -126,7 +140,14 @@ class _Swap:
 
 def _swap(ring: KeyRing, place: Place, head: Mapping[str, Any], data: bytes) -> _Swap:
     inner, _, cipher = _get(head, place.type_field).partition("+")
-    name, ciphertext = ring.reencrypt(cipher, data)
+    try:
+        name, ciphertext = ring.reencrypt(cipher, data)
+    except ValueError as error:  # pycryptodome: "MAC check failed"
+        raise ValueError(
+            f"{place.label} document {head['_id']!r} does not decrypt ({error}): it was "
+            "altered, or written with another key under the same id; nothing after it was "
+            "re-encrypted: restore or delete that document, then run rekey again"
+        ) from None
     type_ = f"{inner}+{name}"
     if not place.parts_key:
         new = {place.type_field: type_, place.data_field: ciphertext}
@@ -138,7 +159,10 @@ def _swap(ring: KeyRing, place: Place, head: Mapping[str, Any], data: bytes) -> 
     parts = [
         UpdateOne(
             {**key, "part": part.pop("part")},
-            {"$setOnInsert": {**kept, **part}, "$currentDate": {TOUCHED_AT: True}},
+            {
+                "$setOnInsert": {**kept, **part, NEW_PARTS: True},
+                "$currentDate": {TOUCHED_AT: True},
+            },
             upsert=True,
         )
         for part in tails
@@ -150,11 +174,12 @@ def rekey(
     ring: KeyRing, places: Sequence[Place], batch_size: int = BATCH
 ) -> Operation[Rekeyed]:
     """Re-encrypt every value at ``places`` under ``ring``'s current key (module docstring)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size!r}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
     report = Rekeyed()
     for place in places:
         wanted = selection(place, ring.current)
+        swapped: list[Mapping[str, Any]] = []  # heads whose old parts go once the place is done
         last: Any = None
         while True:
             after = {} if last is None else {"_id": {"$gt": last}}
@@ -166,15 +191,17 @@ def rekey(
             last = heads[-1]["_id"]
             swaps = []
             for head in heads:
-                if REPLACED in head:
-                    yield from _drop_old_parts(place, head, head[REPLACED])
+                if REPLACED in head:  # swapped by an earlier run, cut before it finished
+                    yield from _finish(place, head)
                 if _own(ring.current).search(_get(head, place.type_field)):
                     continue
                 data = yield from _whole(place, head)
                 if data is not None:
                     swaps.append(_swap(ring, place, head, data))
             if swaps:
-                yield from _write(place, swaps, report)
+                yield from _write(place, swaps, report, swapped)
+        for done in swapped:
+            yield from _finish(place, done)
         report.left[place.label] = yield from count_documents(place.collection, wanted)
     return report
 
@@ -191,8 +218,11 @@ def _whole(place: Place, head: Mapping[str, Any]) -> Operation[bytes | None]:
     return None if found is None else found[1][1]
 
 
-def _write(place: Place, swaps: Sequence[_Swap], report: Rekeyed) -> Operation[None]:
-    """Write ``swaps`` back where their values are still as read, then read them back."""
+def _write(
+    place: Place, swaps: Sequence[_Swap], report: Rekeyed, swapped: list[Mapping[str, Any]]
+) -> Operation[None]:
+    """Write ``swaps`` back where their values are still as read, then read them back;
+    the heads swapped to new parts join ``swapped``."""
     whole = [s for s in swaps if not s.parts]
     if whole:
         requests = [
@@ -200,8 +230,9 @@ def _write(place: Place, swaps: Sequence[_Swap], report: Rekeyed) -> Operation[N
         ]
         yield from bulk_write(place.collection, requests, ordered=False)
     for swap in swaps:
-        if swap.parts:
-            yield from _write_in_parts(place, swap)
+        if swap.parts and (yield from _write_in_parts(place, swap)):
+            head = {"_id": swap.id, **swap.key, "vid": swap.new["vid"], REPLACED: swap.old_vid}
+            swapped.append(head)
     ids = [swap.id for swap in swaps]
     stored = yield from find(
         place.collection, {"_id": {"$in": ids}}, projection={place.data_field: 1}
@@ -212,11 +243,11 @@ def _write(place: Place, swaps: Sequence[_Swap], report: Rekeyed) -> Operation[N
         (report.rekeyed if landed else report.changed)[place.label] += 1
 
 
-def _write_in_parts(place: Place, swap: _Swap) -> Operation[None]:
-    """New parts first, the head swapped to them if it is still as read (naming the old
-    parts in ``REPLACED``), then the parts the head no longer names: the old ones, or the
-    new ones if a writer replaced the head. A run cut before the swap is run again with
-    the same new parts (``KeyRing.reencrypt``); one cut after it finds ``REPLACED``."""
+def _write_in_parts(place: Place, swap: _Swap) -> Operation[bool]:
+    """New parts first (``NEW_PARTS``), then the head swapped to them if it is still as
+    read, naming the old parts in ``REPLACED``; whether it was. Unswapped, the new parts
+    go, unless the head names them (another run swapped it: the parts of a value are the
+    same in every run, ``KeyRing.reencrypt``)."""
     yield from bulk_write(place.collection, swap.parts, ordered=True)
     result = yield from update_one(
         place.collection,
@@ -225,15 +256,24 @@ def _write_in_parts(place: Place, swap: _Swap) -> Operation[None]:
         upsert=False,
     )
     if result.matched_count:
-        yield from _drop_old_parts(place, {"_id": swap.id, **swap.key}, swap.old_vid)
-    else:
-        stray = {**swap.key, "part": {"$ne": 0}, "vid": swap.new["vid"]}
-        yield from delete_many(place.collection, stray)
+        return True
+    head = yield from find_one(place.collection, {"_id": swap.id})
+    if head is None or head.get("vid") != swap.new["vid"]:
+        new = {**swap.key, "part": {"$ne": 0}, "vid": swap.new["vid"]}
+        yield from delete_many(place.collection, new)
+    return False
 
 
-def _drop_old_parts(place: Place, head: Mapping[str, Any], vid: Any) -> Operation[None]:
-    """Delete the parts of value id ``vid`` under ``head``'s key, then its ``REPLACED``."""
+def _finish(place: Place, head: Mapping[str, Any]) -> Operation[None]:
+    """After a head was swapped to new parts: its old parts deleted, the new ones
+    unmarked (deleted instead if a writer replaced the head since), then ``REPLACED``."""
     key = {name: head[name] for name in place.parts_key}
-    yield from delete_many(place.collection, {**key, "part": {"$ne": 0}, "vid": vid})
-    marked = {"_id": head["_id"], REPLACED: vid}
+    tails = {**key, "part": {"$ne": 0}}
+    yield from delete_many(place.collection, {**tails, "vid": head[REPLACED]})
+    unmark = {"$unset": {NEW_PARTS: ""}}
+    yield from update_many(place.collection, {**tails, "vid": head["vid"]}, unmark)
+    now = yield from find_one(place.collection, {"_id": head["_id"]})
+    if now is None or now.get("vid") != head["vid"]:
+        yield from delete_many(place.collection, {**tails, "vid": head["vid"]})
+    marked = {"_id": head["_id"], REPLACED: head[REPLACED]}
     yield from update_one(place.collection, marked, {"$unset": {REPLACED: ""}}, upsert=False)

@@ -79,7 +79,7 @@ from mongo_ckpt.listdelta import (
     values_entries,
 )
 from mongo_ckpt.memory import CheckpointMemory
-from mongo_ckpt.payload import stray_parts
+from mongo_ckpt.payload import NEW_PARTS, stray_parts
 from mongo_ckpt.reading import (
     SKELETON,
     Loaded,
@@ -443,4 +443,6 @@ def _drop_stray_parts(
     stray = stray_parts(docs, key_fields)
     if stray:
         thread_id = writes.multipart[0]["thread_id"]  # one thread per call: routes the delete
-        yield from delete_many(collection, {"thread_id": thread_id, "_id": {"$in": stray}})
+        # Parts ``rekeying`` wrote for a head it is about to swap are not strays.
+        query = {"thread_id": thread_id, "_id": {"$in": stray}, NEW_PARTS: {"$exists": False}}
+        yield from delete_many(collection, query)

@@ -129,14 +129,20 @@ class CutFaults(Faults):
 
 
 class Interleave(_Wrapper):
-    """Runs ``hook()`` before every collection call except the first (sync collections)."""
+    """Runs ``hook()`` before every collection call except the first (sync collections);
+    with ``only`` (collection, method), before the calls of that method alone."""
 
-    def __init__(self, collections: dict[str, Any], hook: Callable[[], None]) -> None:
-        self.hook, self.count = hook, 0
+    def __init__(
+        self,
+        collections: dict[str, Any],
+        hook: Callable[[], None],
+        only: tuple[str, str] | None = None,
+    ) -> None:
+        self.hook, self.count, self.only = hook, 0, only
         super().__init__(collections)
 
     def invoke(self, name: str, attr: str, method: Callable, args: tuple, kwargs: dict) -> Any:
-        if self.count:
+        if (self.count and self.only is None) or self.only == (name, attr):
             self.hook()
         self.count += 1
         return method(*args, **kwargs)
