@@ -17,6 +17,7 @@ the lease was taken from stays fenced after the new owner is done.
 
 from __future__ import annotations
 
+import numbers
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -30,11 +31,13 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 from mongo_ckpt.calls import Operation, bulk_write, find_one, update_one
 from mongo_ckpt.clock import aware, server_now
 from mongo_ckpt.errors import MongoCkptError
+from mongo_ckpt.identifiers import coerce_id
 from mongo_ckpt.layout import THREADS
 from mongo_ckpt.maintenance import DUPLICATE_KEY
 
 CONFIG_KEY = "thread_owner"  # in ``configurable``: the owner token a run's writes check
 LEASE_SECONDS = 60.0
+MAX_LEASE_SECONDS = 365 * 24 * 3600
 _ATTEMPTS = 5  # compare-and-set rounds of ``take`` against other takers before giving up
 
 
@@ -42,12 +45,18 @@ class ThreadLeaseHeld(MongoCkptError, RuntimeError):
     """Another owner holds the thread's lease, and it has not expired."""
 
     def __init__(self, thread_id: str, until: datetime | None) -> None:
-        when = "" if until is None else f" until {until.isoformat()} (server time)"
-        super().__init__(
-            f"thread {thread_id!r} is leased to another owner{when}: wait for it to expire "
-            "or be released, or take it over with take_over=True (that owner's later "
-            "writes then fail with ThreadLeaseLost)"
-        )
+        if until is None:
+            message = (
+                f"thread {thread_id!r} changed owner at each of {_ATTEMPTS} attempts to take "
+                "its lease (other takers at the same time): try again"
+            )
+        else:
+            message = (
+                f"thread {thread_id!r} is leased to another owner until {until.isoformat()} "
+                "(server time): wait for it to expire or be released, or take it over with "
+                "take_over=True (that owner's later writes then fail with ThreadLeaseLost)"
+            )
+        super().__init__(message)
         self.thread_id, self.until = thread_id, until
 
 
@@ -66,12 +75,7 @@ class ThreadLeaseLost(MongoCkptError, RuntimeError):
 def configured(config: RunnableConfig) -> str | None:
     """The owner token ``config``'s ``configurable`` names, if any (checked)."""
     owner = config.get("configurable", {}).get(CONFIG_KEY)
-    if owner is not None and (not isinstance(owner, str) or not owner):
-        raise ValueError(
-            f"configurable[{CONFIG_KEY!r}] is the owner token lease_thread returned (a "
-            f"non-empty string), got {owner!r}"
-        )
-    return owner
+    return None if owner is None else _token(owner, f"configurable[{CONFIG_KEY!r}]")
 
 
 def check(thread_id: str, owner: str) -> UpdateOne:
@@ -111,24 +115,43 @@ def _expiry(doc: Mapping[str, Any]) -> datetime | None:
     return aware(doc["leased_at"]) + timedelta(seconds=seconds)
 
 
+def _token(owner: Any, where: str) -> str:
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(
+            f"{where} is an owner token lease_thread returned (a non-empty string), "
+            f"got {owner!r}"
+        )
+    return owner
+
+
 def take(
-    thread_id: str, owner: str | None, seconds: float, take_over: bool
+    thread_id: Any, owner: str | None, seconds: Any, take_over: Any
 ) -> Operation[str]:
     """Take (or renew, with ``owner``) the thread's lease for ``seconds``: the owner token.
 
     ``ThreadLeaseHeld`` while another owner's lease runs, unless ``take_over``. The
-    document is replaced only as read (compare and set), so of two takers one wins.
+    document is replaced only as read (compare and set: its owner, and when the lease
+    of another owner expired, its last renewal), so of two takers one wins.
     """
-    if not 0 < seconds <= 365 * 24 * 3600:
-        raise ValueError(f"a lease lasts more than 0 seconds and at most a year, got {seconds!r}")
-    token = owner or uuid.uuid4().hex
+    thread_id = coerce_id(thread_id, "thread_id")
+    token = uuid.uuid4().hex if owner is None else _token(owner, "owner")
+    number = isinstance(seconds, numbers.Real) and not isinstance(seconds, bool)
+    if not number or not 0 < seconds <= MAX_LEASE_SECONDS:
+        raise ValueError(
+            f"seconds: a lease lasts a number of seconds above 0 and at most a year "
+            f"({MAX_LEASE_SECONDS}), got {seconds!r}"
+        )
+    if not isinstance(take_over, bool):
+        raise ValueError(f"take_over is True or False, got {take_over!r}")
     for _ in range(_ATTEMPTS):
         doc = (yield from find_one(THREADS, {"thread_id": thread_id})) or {}
         until = _expiry(doc)
         other = doc.get("owner") not in (None, token) and not take_over
-        if other and until is not None and until > (yield from server_now()):
-            raise ThreadLeaseHeld(thread_id, until)
-        as_read = {"thread_id": thread_id, **{f: doc.get(f) for f in ("owner", "leased_at")}}
+        as_read = {"thread_id": thread_id, "owner": doc.get("owner")}
+        if other and until is not None:
+            if until > (yield from server_now()):
+                raise ThreadLeaseHeld(thread_id, until)
+            as_read["leased_at"] = doc["leased_at"]  # expired: unless renewed meanwhile
         update = {
             "$set": {"owner": token, "lease_seconds": float(seconds), "rev": ObjectId()},
             "$currentDate": {"leased_at": True},
@@ -142,9 +165,9 @@ def take(
     raise ThreadLeaseHeld(thread_id, None)
 
 
-def release(thread_id: str, owner: str) -> Operation[bool]:
+def release(thread_id: Any, owner: Any) -> Operation[bool]:
     """End ``owner``'s lease (the owner stays named, so its later writes stay fenced);
     whether it held it."""
-    held = {"thread_id": thread_id, "owner": owner}
+    held = {"thread_id": coerce_id(thread_id, "thread_id"), "owner": _token(owner, "owner")}
     result = yield from update_one(THREADS, held, {"$set": {"lease_seconds": 0.0}}, upsert=False)
     return bool(result.matched_count)

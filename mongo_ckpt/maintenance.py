@@ -44,14 +44,16 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
 from bson import ObjectId
-from pymongo import UpdateOne
+from pymongo import DeleteMany, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from mongo_ckpt import thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
+    WriteRequest,
     aggregate,
+    bulk_write,
     delete_many,
     distinct,
     find,
@@ -554,10 +556,17 @@ def _delete_settings(
     thread_ids: Sequence[str], own: Mapping[str, thread_settings.Setting], deleted: Deleted
 ) -> Operation[None]:
     """Delete the settings of the deleted ``thread_ids`` as ``own`` read them: one written
-    since (a new conversation on the thread id, with its ``thread_ttl``) stays."""
+    since (a new conversation on the thread id, with its ``thread_ttl``) stays. A document
+    with an owner lease (``leases``) keeps it, so a writer it was taken from stays fenced."""
     query = thread_settings.as_read(thread_ids, own)
     if query is not None:
-        result = yield from delete_many(THREADS, query)
+        leased = {**query, "owner": {"$exists": True}}
+        settings = {"$unset": dict.fromkeys(thread_settings.FIELDS, "")}
+        requests: list[WriteRequest] = [
+            DeleteMany({**query, "owner": {"$exists": False}}),
+            UpdateMany(leased, settings),
+        ]
+        result = yield from bulk_write(THREADS, requests, ordered=False)
         deleted.add(THREADS, result.deleted_count)
 
 

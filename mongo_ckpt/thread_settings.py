@@ -31,7 +31,8 @@ CONFIG_KEY = "thread_ttl"  # in ``configurable``: the thread's own ttl, set by i
 NEVER, DEFAULT = "never", "default"
 # Largest ``ttl``: 100 years (longer would overflow the dates an expiry is computed with).
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
-_FIELDS = {"_id": 0, "thread_id": 1, "ttl": 1, "never": 1, "active_at": 1, "rev": 1}
+FIELDS = ("ttl", "never", "active_at")  # the settings (the document may hold a lease too)
+_FIELDS = {"_id": 0, "thread_id": 1, **dict.fromkeys(FIELDS, 1), "rev": 1}
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,10 @@ class WriteOperations:
         own_ttl = thread_settings.configured(config)
         owner = leases.configured(config)
         key = dict(zip(CHECKPOINT_KEY, (thread_id, checkpoint_ns, checkpoint_id)))
-        metadata = get_checkpoint_metadata(config, metadata)
+        stored: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
+        if leases.CONFIG_KEY not in metadata:  # the owner token is a capability: not stored
+            stored.pop(leases.CONFIG_KEY, None)
+        metadata = stored  # type: ignore[assignment]
         values, versions = checkpoint["channel_values"], checkpoint["channel_versions"]
         # 1. plan
         chains = yield from self._parent_chains(key, parent_id, values, versions, new_versions)

@@ -20,6 +20,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from pymongo import DeleteMany
 from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import MongoDBSaver, maintenance, thread_settings
@@ -52,7 +53,11 @@ async def own_ttls(api: Api) -> dict[str, Any]:
 
 def deletes_settings(step: Call | NextBatch) -> bool:
     """Whether ``step`` is a deleting call's delete of thread settings."""
-    return isinstance(step, Call) and (step.collection, step.method) == (THREADS, "delete_many")
+    return (
+        isinstance(step, Call)
+        and (step.collection, step.method) == (THREADS, "bulk_write")
+        and any(isinstance(request, DeleteMany) for request in step.args[0])
+    )
 
 
 async def threads(api: Api) -> set[str]:

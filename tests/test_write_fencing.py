@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,17 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from langgraph.types import Command
+from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import MongoDBSaver, ThreadLeaseHeld, ThreadLeaseLost
 from mongo_ckpt.layout import CHECKPOINTS, THREADS
 from tests.backends import count_calls, maybe_await, sync_client, uri_for
 from tests.clock_skew import skewed_client_clock
+from tests.faults import Fault, Faults, Interleave
 from tests.graphs import chat_builder, thread
 from tests.saver_support import Api, put_chain, put_write_calls
+from tests.subgraph_support import parent_builder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -170,3 +175,127 @@ def test_two_processes_with_fencing_keep_one_history(tmp_path: Path) -> None:
     assert (first, second) == ("ThreadLeaseLost", "ok")
     assert unreachable == 0
     assert "second" in messages and not any(m.startswith("first saw") for m in messages)
+
+
+async def fenced_put(api: Api, thread_id: Any, owner: str) -> Any:
+    return await api.put(owned(thread_id, owner), generate_checkpoint(), generate_metadata(), {})
+
+
+async def test_thread_ids_and_owners_are_checked_as_everywhere(api: Api) -> None:
+    first = await api.lease_thread(7)  # thread 7 is "7", as for every other method
+    await api.lease_thread("7", take_over=True)
+    with pytest.raises(ThreadLeaseLost):
+        await fenced_put(api, 7, first)
+    victim = await api.lease_thread("victim", seconds=3600)
+    for call in (
+        lambda: api.lease_thread({"$ne": None}, take_over=True),
+        lambda: api.release_thread({"$ne": None}, victim),
+    ):
+        with pytest.raises(TypeError, match="thread_id"):
+            await call()
+    for owner in ({"$ne": None}, None, "", 7, b"x"):
+        with pytest.raises(ValueError, match="owner token"):
+            await api.release_thread("victim", owner)
+    for owner in ("", 7, b"x"):
+        with pytest.raises(ValueError, match="owner token"):
+            await api.lease_thread("t", owner=owner)
+    for seconds in ("60", True, None, [60], float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="a lease lasts"):
+            await api.lease_thread("t", seconds=seconds)
+    with pytest.raises(ValueError, match="take_over is True or False"):
+        await api.lease_thread("victim", take_over="no")
+    await fenced_put(api, "victim", victim)  # nothing above touched its lease
+
+
+async def test_a_taken_over_owner_stays_fenced_after_the_thread_is_deleted(api: Api) -> None:
+    stale = await api.lease_thread("t")
+    await api.set_thread_ttl("t", 3600)
+    await fenced_put(api, "t", stale)
+    current = await api.lease_thread("t", take_over=True)
+    await api.delete_thread("t")
+    (settings,) = await api.docs(THREADS, {"thread_id": "t"})
+    assert "ttl" not in settings  # the settings go with the thread; the lease stays
+    with pytest.raises(ThreadLeaseLost):
+        await fenced_put(api, "t", stale)
+    await fenced_put(api, "t", current)
+
+
+def test_take_over_and_renewal_win_against_a_writing_owner(saver: MongoDBSaver) -> None:
+    owner = saver.lease_thread("t", seconds=600)
+    threads = saver.collections[THREADS]
+
+    def renew() -> None:  # the owner's fenced writes land between take's read and its write
+        time.sleep(0.002)  # leased_at is in milliseconds
+        threads.update_one({"thread_id": "t"}, {"$currentDate": {"leased_at": True}})
+
+    interleave = Interleave(saver.collections, renew)
+    try:
+        assert saver.lease_thread("t", owner=owner, seconds=900) == owner
+        assert saver.lease_thread("t", take_over=True) != owner
+    finally:
+        interleave.restore()
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+async def test_a_stale_run_writes_nothing_in_each_durability(api: Api, durability: str) -> None:
+    graph = api.compile(chat_builder())
+    first = await api.lease_thread("t")
+    run = {"durability": durability}
+    await api.invoke(graph, {"messages": [HumanMessage("one")]}, owned("t", first), **run)
+    second = await api.lease_thread("t", take_over=True)
+    before = await api.counts()
+    with pytest.raises(ThreadLeaseLost):
+        await api.invoke(graph, {"messages": [HumanMessage("x")]}, owned("t", first), **run)
+    assert await api.counts() == before
+    await api.invoke(graph, {"messages": [HumanMessage("two")]}, owned("t", second), **run)
+
+
+async def test_a_stale_resume_of_a_subgraph_writes_nothing(api: Api) -> None:
+    graph = api.compile(parent_builder(Counter()))
+    first = await api.lease_thread("t")
+    await api.invoke(graph, {"topic": "x"}, owned("t", first))
+    namespaces = {d["checkpoint_ns"] for d in await api.docs(CHECKPOINTS, {"thread_id": "t"})}
+    assert len(namespaces) > 1
+    second = await api.lease_thread("t", take_over=True)
+    before = await api.counts()
+    with pytest.raises(ThreadLeaseLost):
+        await api.invoke(graph, Command(resume="ok"), owned("t", first))
+    assert await api.counts() == before
+    assert (await api.invoke(graph, Command(resume="ok"), owned("t", second)))["published"]
+
+
+async def test_settings_reads_and_copies_keep_the_lease(api: Api) -> None:
+    await api.set_thread_ttl("t", 3600)  # settings before the lease
+    owner = await api.lease_thread("t")
+    await fenced_put(api, "t", owner)
+    await api.set_thread_ttl("t", "never")
+    await api.set_thread_ttl("t", "default")
+    await api.reopened(refresh_on_read=True).get_tuple(thread("t"))
+    await api.copy_thread("t", "copy")
+    (copied,) = await api.docs(THREADS, {"thread_id": "copy"}) or [{}]
+    assert not {"owner", "leased_at", "lease_seconds"} & set(copied)
+    await api.lease_thread("copy")  # the copy is free
+    await fenced_put(api, "t", owner)
+    with pytest.raises(ThreadLeaseHeld):
+        await api.lease_thread("t")
+
+
+async def test_the_owner_token_is_not_stored_in_checkpoint_metadata(api: Api) -> None:
+    owner = await api.lease_thread("t")
+    await fenced_put(api, "t", owner)
+    (stored,) = await api.list(thread("t"))
+    assert "thread_owner" not in stored.metadata
+    assert await api.list(None, filter={"thread_owner": owner}) == []
+
+
+def test_a_lease_whose_reply_was_lost_is_taken_again_with_its_token(saver: MongoDBSaver) -> None:
+    faults = Faults(saver.collections)
+    try:
+        saver.lease_thread("probe")
+        update = next(i for i, call in enumerate(faults.calls) if call[1] == "update_one")
+        faults.arm(Fault(update, "after"))
+        with pytest.raises(AutoReconnect):
+            saver.lease_thread("t", owner="token-of-this-run")
+    finally:
+        faults.restore()
+    assert saver.lease_thread("t", owner="token-of-this-run") == "token-of-this-run"
