@@ -166,25 +166,11 @@ class WriteOperations:
         commands when the primary has no such command (a failover to a pre-8.0 primary) or
         a head stored already stopped it before the checkpoint (a retry: its value is
         adopted, with the heads this command inserted)."""
-        path = self.put_path
-        assert path is not None and path.namespaces is not None
         requests = [(BLOBS, put.blobs.inserting_heads()), (CHECKPOINTS, put.checkpoint_requests())]
-        if put.owner is not None:  # the lease check first: where it fails, nothing is written
-            requests.insert(0, (THREADS, [leases.check(put.key["thread_id"], put.owner)]))
-        refused = False
-        try:
-            *checked, values_written, written = yield from client_bulk_write(
-                requests, path.namespaces
-            )
-        except (OperationFailure, InvalidOperation) as error:
-            path.refused(error)  # raised again unless the primary has no such command
-            refused = True
-        if refused:  # outside the handler: an error of the fallback does not chain to it
+        sent = yield from self._in_one_command(put.key["thread_id"], put.owner, requests)
+        if sent is None:
             return (yield from self._put_in_two_commands(put))
-        if checked and isinstance(checked[0], BulkWriteError):
-            if leases.lost(checked[0].details["writeErrors"][0]):
-                raise leases.ThreadLeaseLost(put.key["thread_id"])
-            raise checked[0]
+        values_written, written = sent
         inserted = _inserted_heads(put.blobs, values_written)
         if isinstance(values_written, BulkWriteError):
             if not _head_stored(values_written, put.blobs):
@@ -194,6 +180,37 @@ class WriteOperations:
             yield from _drop_stray_parts(BLOBS, BLOB_KEY, put.blobs)
         return written, inserted
 
+
+    def _in_one_command(
+        self,
+        thread_id: str,
+        owner: str | None,
+        requests: builtins.list[tuple[str, builtins.list[WriteRequest]]],
+    ) -> Operation[builtins.list[Written] | None]:
+        """``requests`` (collection, requests) as one ordered client-level bulk write, after
+        the check of ``owner``'s lease (``leases``: where it fails, nothing is written,
+        ``ThreadLeaseLost``); what each collection's requests did, or ``None`` when the
+        primary has no such command (a failover to a pre-8.0 primary)."""
+        path = self.put_path
+        assert path is not None and path.namespaces is not None
+        if owner is not None:
+            requests = [(THREADS, [leases.check(thread_id, owner)]), *requests]
+        refused = False
+        try:
+            written = yield from client_bulk_write(requests, path.namespaces)
+        except (OperationFailure, InvalidOperation) as error:
+            path.refused(error)  # raised again unless the primary has no such command
+            refused = True
+        if refused:  # outside the handler: an error of the fallback does not chain to it
+            return None
+        if owner is None:
+            return written
+        checked, *rest = written
+        if isinstance(checked, BulkWriteError):
+            if leases.lost(checked.details["writeErrors"][0]):
+                raise leases.ThreadLeaseLost(thread_id)
+            raise checked
+        return rest
 
     def _put_in_two_commands(
         self, put: _Put, inserted: set[Any] | None = None
@@ -336,10 +353,23 @@ class WriteOperations:
         requests = write_requests(
             key, writes, task_id, task_path or "", self.serde, compress=self.compressing
         )
-        if requests.requests:
-            if owner is not None:
-                yield from leases.checked(thread_id, owner)
-            yield from _write_values(WRITES, WRITE_KEY, requests)
+        if not requests.requests:
+            return
+        if owner is not None and self.put_path is not None and self.put_path.namespaces:
+            # the lease check and the writes in one command
+            sent = yield from self._in_one_command(
+                thread_id, owner, [(WRITES, requests.requests)]
+            )
+            if sent is not None:
+                (written,) = sent
+                if isinstance(written, BulkWriteError):
+                    raise written
+                if requests.multipart:
+                    yield from _drop_stray_parts(WRITES, WRITE_KEY, requests)
+                return
+        if owner is not None:
+            yield from leases.checked(thread_id, owner)
+        yield from _write_values(WRITES, WRITE_KEY, requests)
 
 
 class _Put(NamedTuple):

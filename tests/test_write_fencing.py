@@ -22,7 +22,8 @@ from langgraph.types import Command
 from pymongo.errors import AutoReconnect
 
 from mongo_ckpt import MongoDBSaver, ThreadLeaseHeld, ThreadLeaseLost
-from mongo_ckpt.layout import CHECKPOINTS, THREADS
+from mongo_ckpt.calls import CLIENT
+from mongo_ckpt.layout import CHECKPOINTS, THREADS, WRITES
 from tests.backends import count_calls, maybe_await, sync_client, uri_for
 from tests.clock_skew import skewed_client_clock
 from tests.faults import Fault, Faults, Interleave
@@ -111,7 +112,7 @@ async def test_unfenced_writers_and_bad_input(api: Api) -> None:
             await api.lease_thread("t", seconds=seconds)
 
 
-async def test_a_fenced_put_costs_no_command_with_the_client_bulk_write(api: Api) -> None:
+async def test_fenced_writes_cost_no_command_with_the_client_bulk_write(api: Api) -> None:
     owner = await api.lease_thread("t")
     (config,) = await put_chain(api, "t", 1)
     fenced = {"configurable": {**config["configurable"], "thread_owner": owner}}
@@ -123,6 +124,12 @@ async def test_a_fenced_put_costs_no_command_with_the_client_bulk_write(api: Api
         expected[(THREADS, "bulk_write")] = 1
     assert dict(counter) == expected
     assert await api.count(CHECKPOINTS, {"thread_id": "t"}) == 2
+    counter.clear()
+    await api.put_writes({"configurable": {**config["configurable"], "thread_owner": owner}},
+                         [("w", 1)], "task")
+    two = {(THREADS, "bulk_write"): 1, (WRITES, "bulk_write"): 1}
+    one = {(CLIENT, "bulk_write"): 1}
+    assert dict(counter) == (one if api.saver.uses_client_bulk_write else two)
 
 
 def two_writers(tmp_path: Path, fenced: bool) -> tuple[str, str, list[str], int]:
