@@ -33,6 +33,7 @@ from mongo_ckpt.layout import (
     blob_join,
     write_join,
 )
+from mongo_ckpt.payload import NEW_PARTS
 from mongo_ckpt.reading import (
     SKELETON,
     Key,
@@ -133,7 +134,9 @@ def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:
     # deleted names, maybe lifted again later): copied, it would let any maintenance call
     # delete the copy before the checkpoints naming it are copied. What the copy wrote
     # for checkpoints it missed alone, it marks itself.
-    doc = {k: v for k, v in doc.items() if k not in ("_id", maintenance.DOOMED)}
+    # A mark of a rekey in flight is its own (``rekeying``): a part it marks is either named
+    # by its head, or not part of any value.
+    doc = {k: v for k, v in doc.items() if k not in ("_id", maintenance.DOOMED, NEW_PARTS)}
     doc["thread_id"] = target
     key = {f: doc.get(f) for f in _KEY_FIELDS[collection]}
     if collection == CHECKPOINTS:

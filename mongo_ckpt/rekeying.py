@@ -41,9 +41,10 @@ from mongo_ckpt.calls import (
     update_many,
     update_one,
 )
+from mongo_ckpt.clock import server_now
 from mongo_ckpt.keyring import KEY_ID, KeyRing
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, STORE, WRITE_KEY, WRITES
-from mongo_ckpt.maintenance import TOUCHED_AT
+from mongo_ckpt.maintenance import DOOMED, STRAY_AGE, TOUCHED_AT
 from mongo_ckpt.payload import NEW_PARTS, join, split
 from mongo_ckpt.schema import SCHEMA
 
@@ -202,6 +203,8 @@ def rekey(
                 yield from _write(place, swaps, report, swapped)
         for done in swapped:
             yield from _finish(place, done)
+        if place.parts_key:
+            yield from _drop_left_parts(place)
         report.left[place.label] = yield from count_documents(place.collection, wanted)
     return report
 
@@ -251,7 +254,8 @@ def _write_in_parts(place: Place, swap: _Swap) -> Operation[bool]:
     yield from bulk_write(place.collection, swap.parts, ordered=True)
     result = yield from update_one(
         place.collection,
-        {"_id": swap.id, "data": swap.old, "vid": swap.old_vid},
+        # Not a value maintenance is deleting: its new parts would outlive it.
+        {"_id": swap.id, "data": swap.old, "vid": swap.old_vid, DOOMED: {"$exists": False}},
         {"$set": {**swap.new, REPLACED: swap.old_vid}},
         upsert=False,
     )
@@ -265,15 +269,37 @@ def _write_in_parts(place: Place, swap: _Swap) -> Operation[bool]:
 
 
 def _finish(place: Place, head: Mapping[str, Any]) -> Operation[None]:
-    """After a head was swapped to new parts: its old parts deleted, the new ones
-    unmarked (deleted instead if a writer replaced the head since), then ``REPLACED``."""
+    """After a head was swapped to new parts: its old parts deleted unless the head names
+    them again (a copy put the old head back), the new ones unmarked (deleted instead if
+    the head no longer names them), then ``REPLACED``."""
     key = {name: head[name] for name in place.parts_key}
     tails = {**key, "part": {"$ne": 0}}
-    yield from delete_many(place.collection, {**tails, "vid": head[REPLACED]})
-    unmark = {"$unset": {NEW_PARTS: ""}}
-    yield from update_many(place.collection, {**tails, "vid": head["vid"]}, unmark)
     now = yield from find_one(place.collection, {"_id": head["_id"]})
-    if now is None or now.get("vid") != head["vid"]:
-        yield from delete_many(place.collection, {**tails, "vid": head["vid"]})
+    named = None if now is None else now.get("vid")
+    if named != head[REPLACED]:
+        yield from delete_many(place.collection, {**tails, "vid": head[REPLACED]})
+    if named == head["vid"]:
+        unmark = {"$unset": {NEW_PARTS: ""}}
+        yield from update_many(place.collection, {**tails, "vid": head["vid"]}, unmark)
+    else:
+        yield from delete_many(place.collection, {**tails, "vid": head["vid"], NEW_PARTS: True})
     marked = {"_id": head["_id"], REPLACED: head[REPLACED]}
     yield from update_one(place.collection, marked, {"$unset": {REPLACED: ""}}, upsert=False)
+
+
+def _drop_left_parts(place: Place) -> Operation[None]:
+    """Parts a run cut between writing them and its swap left marked (``NEW_PARTS``), older
+    than ``maintenance.STRAY_AGE`` by the server's clock: deleted unless their head names
+    them (then unmarked). No writer's clean-up removes a marked part."""
+    cutoff = (yield from server_now()) - STRAY_AGE
+    left = yield from find(
+        place.collection, {NEW_PARTS: True, TOUCHED_AT: {"$lt": cutoff}}, projection={"data": 0}
+    )
+    for part in left:
+        key = {name: part[name] for name in place.parts_key}
+        head = yield from find_one(place.collection, {**key, "part": 0})
+        same = {"_id": part["_id"], NEW_PARTS: True, TOUCHED_AT: {"$lt": cutoff}}
+        if head is not None and head.get("vid") == part["vid"]:
+            yield from update_many(place.collection, same, {"$unset": {NEW_PARTS: ""}})
+        else:
+            yield from delete_many(place.collection, same)
