@@ -7,9 +7,11 @@ import builtins
 from collections.abc import Mapping
 from typing import Any
 
+from bson import Binary
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import ReplaceOne, UpdateOne
 
-from mongo_ckpt import maintenance, thread_settings
+from mongo_ckpt import maintenance, places, thread_settings
 from mongo_ckpt.calls import (
     Document,
     Operation,
@@ -23,6 +25,7 @@ from mongo_ckpt.calls import (
 from mongo_ckpt.documents import checkpoint_update
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import coerce_id
+from mongo_ckpt.keyring import KeyRing, is_bound, ring_in
 from mongo_ckpt.layout import (
     BLOB_KEY,
     BLOBS,
@@ -33,7 +36,7 @@ from mongo_ckpt.layout import (
     blob_join,
     write_join,
 )
-from mongo_ckpt.payload import NEW_PARTS
+from mongo_ckpt.payload import NEW_PARTS, REPLACED, join, split
 from mongo_ckpt.reading import (
     SKELETON,
     Key,
@@ -59,6 +62,8 @@ COPIED_FROM = "copied_from"  # on a copied checkpoint: the thread it was copied 
 class CopyOperations:
     """``copy_thread`` and its target check (a part of ``CheckpointOperations``)."""
 
+    serde: SerializerProtocol
+
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Operation[None]:
         source = coerce_id(source_thread_id, "source_thread_id")
         target = coerce_id(target_thread_id, "target_thread_id")
@@ -70,16 +75,18 @@ class CopyOperations:
         # then those checkpoints, as in ``put``: a checkpoint written during the copy
         # (whose values may have been missed) is not copied.
         query = {"thread_id": source}
+        ring = ring_in(self.serde)
         ids = yield from find(CHECKPOINTS, query, projection=SKELETON)
         if ids:
             values = needed_values(ids)
             if values:
-                yield from _copy(BLOBS, blob_keys_query(values), target)
-            yield from _copy(WRITES, keys_query(key_of(s) for s in ids), target)
+                yield from _copy(BLOBS, blob_keys_query(values), target, ring)
+            yield from _copy(WRITES, keys_query(key_of(s) for s in ids), target, ring)
         copied: set[Key] = set()
         for start in range(0, len(ids), COPY_BATCH):
             batch = [doc["_id"] for doc in ids[start : start + COPY_BATCH]]
-            copied |= yield from _copy(CHECKPOINTS, {**query, "_id": {"$in": batch}}, target)
+            batch_query = {**query, "_id": {"$in": batch}}
+            copied |= yield from _copy(CHECKPOINTS, batch_query, target, ring)
         # Checkpoints deleted from the source meanwhile were not copied: what the copy
         # wrote for them alone is marked for maintenance (``delete_thread`` of the target
         # removes it with the rest).
@@ -115,17 +122,82 @@ class ThreadExistsError(MongoCkptError, ValueError):
         self.target_thread_id = target_thread_id
 
 
-def _copy(collection: str, query: Mapping[str, Any], target: str) -> Operation[set[Key]]:
-    """Copy the documents ``query`` matches onto thread ``target``; their source keys."""
+def _copy(
+    collection: str, query: Mapping[str, Any], target: str, ring: KeyRing | None
+) -> Operation[set[Key]]:
+    """Copy the documents ``query`` matches onto thread ``target``; their source keys.
+
+    Values bound to their place (``places``) are encrypted again at their new place with
+    ``ring``: values and writes are then copied head first, a bound one joined from its
+    parts, re-encrypted and split again."""
     copied: set[Key] = set()
-    cursor = yield from find_cursor(collection, query)
+    by_head = ring is not None and collection != CHECKPOINTS
+    cursor = yield from find_cursor(collection, {**query, "part": 0} if by_head else query)
     while docs := (yield from next_batch(cursor, COPY_BATCH)):
-        requests: builtins.list[WriteRequest] = [
-            _copy_request(collection, doc, target) for doc in docs
-        ]
-        yield from bulk_write(collection, requests, ordered=False)
+        requests: builtins.list[WriteRequest] = []
+        for doc in docs:
+            if ring is None and any(map(is_bound, _tags(doc))):
+                raise ValueError(
+                    f"thread {doc['thread_id']!r} holds values bound to their place: copy it "
+                    "with a saver whose serde holds their KeyRing (keyring_serializer)"
+                )
+            if by_head:
+                assert ring is not None
+                requests += yield from _copied_value(collection, doc, target, ring)
+            else:
+                moved = doc if ring is None else _rebound_checkpoint(doc, target, ring)
+                requests.append(_copy_request(collection, moved, target))
+        if requests:
+            yield from bulk_write(collection, requests, ordered=False)
         copied.update(key_of(doc, _KEY_FIELDS[collection]) for doc in docs)
     return copied
+
+
+def _tags(doc: Mapping[str, Any]) -> builtins.list[str]:
+    fields = (doc, doc.get("checkpoint"), doc.get("metadata_typed"))
+    return [f["type"] for f in fields if isinstance(f, Mapping) and "type" in f]
+
+
+def _rebound_checkpoint(doc: Document, target: str, ring: KeyRing) -> Document:
+    """Checkpoint document ``doc`` with its bound fields encrypted again for ``target``."""
+    moved = {**doc, "thread_id": target}
+    out = dict(doc)
+    for field, kind in (("checkpoint", "checkpoint"), ("metadata_typed", "metadata")):
+        stored = doc.get(field)
+        if stored is not None and is_bound(stored["type"]):
+            inner, _, cipher = stored["type"].partition("+")
+            with places.at(kind, doc):
+                name, data = ring.reencrypt(cipher, bytes(stored["data"]), places.of(kind, moved))
+            out[field] = {"type": f"{inner}+{name}", "data": Binary(data)}
+    return out
+
+
+def _copied_value(
+    collection: str, head: Document, target: str, ring: KeyRing
+) -> Operation[builtins.list[WriteRequest]]:
+    """The requests copying the value ``head`` starts, with its parts: as stored, or, bound
+    to its place, joined, encrypted again at its place on ``target`` and split again
+    (nothing for a value not whole: a write cut, or under way)."""
+    kind, fields = ("value", BLOB_KEY) if collection == BLOBS else ("write", WRITE_KEY)
+    key = {name: head[name] for name in fields}
+    tails: builtins.list[Document] = []
+    if head.get("parts", 1) > 1:
+        tails = yield from find(collection, {**key, "vid": head.get("vid"), "part": {"$ne": 0}})
+    if not is_bound(head["type"]):
+        return [_copy_request(collection, doc, target) for doc in (head, *tails)]
+    found = join([head, *tails], fields).get(tuple(key.values()))
+    if found is None:
+        return []
+    inner, _, cipher = head["type"].partition("+")
+    with places.at(kind, head):
+        at_target = places.of(kind, {**key, "thread_id": target})
+        name, data = ring.reencrypt(cipher, found[1][1], at_target)
+    *parts, first = split(f"{inner}+{name}", data)
+    first.pop("part")
+    kept = {name: head[name] for name in ("channel", "task_path") if name in head}
+    head = {k: v for k, v in head.items() if k != REPLACED}
+    docs = [{**head, **first}, *({**key, **kept, **part} for part in parts)]
+    return [_copy_request(collection, doc, target) for doc in docs]
 
 
 def _copy_request(collection: str, doc: Document, target: str) -> WriteRequest:

@@ -24,6 +24,7 @@ from typing import Any
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt import places
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.layout import (
     BLOB_KEY,
@@ -635,7 +636,8 @@ def assemble(
             -depth_of[head["checkpoint_id"]],
             writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"]),
         )
-        write = (head["task_id"], head["channel"], serde.loads_typed(typed))
+        with places.at("write", head):
+            write = (head["task_id"], head["channel"], serde.loads_typed(typed))
         ordered[head["channel"]].append((order, write))
     blobs = join((d["b"] for d in docs if d.get("b")), BLOB_KEY)
     # Per channel, the seed is the fetched version no other fetched version is based on.

@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, ChannelVersions, Checkpoin
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pymongo import DeleteMany, UpdateOne
 
+from mongo_ckpt import places
 from mongo_ckpt.checkpoint_fields import stored_metadata
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import as_id
@@ -83,9 +84,13 @@ def check_checkpoint_size(doc: Mapping[str, Any]) -> None:
         )
 
 
-def typed(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
-    """A small serialized value stored inline: ``{"type": ..., "data": ...}``."""
-    type_, data = serde.dumps_typed(value)
+def typed(
+    serde: SerializerProtocol, value: Any, kind: str | None = None, key: Mapping[str, Any] = {}
+) -> dict[str, Any]:
+    """A small serialized value stored inline: ``{"type": ..., "data": ...}``; at the
+    ``kind`` place of ``key`` (``places``)."""
+    with places.at(kind, key):
+        type_, data = serde.dumps_typed(value)
     return {"type": type_, "data": Binary(data)}
 
 
@@ -139,9 +144,11 @@ def checkpoint_document(
     doc: dict[str, Any] = {
         **key,
         "parent_checkpoint_id": parent_id,
-        "checkpoint": typed(serde, {k: v for k, v in checkpoint.items() if k not in left_out}),
+        "checkpoint": typed(
+            serde, {k: v for k, v in checkpoint.items() if k not in left_out}, "checkpoint", key
+        ),
         "metadata": plain,
-        "metadata_typed": typed(serde, metadata),
+        "metadata_typed": typed(serde, metadata, "metadata", key),
         "run_id": as_id(metadata.get("run_id")),
         # Channels whose value at this checkpoint is a stored blob, with its version,
         # each preceded by the list-delta bases it is rebuilt from (listdelta.py).
@@ -244,7 +251,8 @@ def blob_requests(
         join = blob_join(thread_id, checkpoint_ns, channel, version)
         delta = (deltas or {}).get(channel)
         payload = delta.tail if delta is not None else values[channel]
-        type_, data = serde.dumps_typed(payload)
+        with places.at("value", key):
+            type_, data = serde.dumps_typed(payload)
         parts = list(split(type_, data, compress=compress))
         for fields in parts:
             part = fields.pop("part")
@@ -296,7 +304,8 @@ def write_requests(
         special = channel in WRITES_IDX_MAP
         idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
         write_key = {**key, "task_id": task_id, "idx": idx}
-        type_, data = serde.dumps_typed(value)
+        with places.at("write", write_key):
+            type_, data = serde.dumps_typed(value)
         # A special write in several parts is never compressed: two attempts of it at once,
         # one compressing and one not, would each delete the other's parts as stale.
         spans = may_span_parts(data)

@@ -8,7 +8,9 @@ key and decrypts with whichever key a value names; a value whose key it does not
 raises ``MissingKeyError`` naming that key id. A reader with a single-key
 ``EncryptedSerializer`` refuses ``aes:<key id>`` values (LangGraph's cipher accepts only
 ``aes``) rather than misreading them. Values written with ``from_pycryptodome_aes`` (cipher
-name ``aes``, no key id) are read with the key named ``legacy``.
+name ``aes``, no key id) are read with the key named ``legacy``. With ``bind``, a value is
+encrypted with its place (``places``) as associated data, cipher name ``aesb:<key id>``: it
+decrypts only at that place.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from langgraph.checkpoint.serde.base import CipherProtocol, SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from mongo_ckpt import places
 from mongo_ckpt.errors import MongoCkptError
 
 CIPHER = "aes"
+BOUND = "aesb"  # the cipher name of a value bound to its place (``places``)
 KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 KEY_SIZES = (16, 24, 32)
 
@@ -51,10 +55,16 @@ class MissingKeyError(MongoCkptError, LookupError):
 class KeyRing(CipherProtocol):
     """AES-EAX under several keys: ``keys`` by id (16, 24 or 32 bytes each), ``current``
     the one new values are encrypted with, ``legacy`` the id of the key that wrote values
-    without a key id (``EncryptedSerializer.from_pycryptodome_aes``)."""
+    without a key id (``EncryptedSerializer.from_pycryptodome_aes``); ``bind``: each value
+    bound to its place."""
 
     def __init__(
-        self, keys: Mapping[str, bytes], current: str, *, legacy: str | None = None
+        self,
+        keys: Mapping[str, bytes],
+        current: str,
+        *,
+        legacy: str | None = None,
+        bind: bool = False,
     ) -> None:
         try:
             from Crypto.Cipher import AES
@@ -74,38 +84,80 @@ class KeyRing(CipherProtocol):
             if named is not None and named not in keys:
                 raise ValueError(f"{role}={named!r} is not one of the keys' ids: {list(keys)}")
         self.keys = {key_id: bytes(key) for key_id, key in keys.items()}
-        self.current, self.legacy = current, legacy
+        self.current, self.legacy, self.bind = current, legacy, bind
 
-    def encrypt(self, plaintext: bytes, nonce: bytes | None = None) -> tuple[str, bytes]:
+    def encrypt(
+        self, plaintext: bytes, nonce: bytes | None = None, bind: bool | None = None
+    ) -> tuple[str, bytes]:
+        place = places.current() if (self.bind if bind is None else bind) else None
         cipher = self._aes.new(self.keys[self.current], self._aes.MODE_EAX, nonce=nonce)
+        if place is not None:
+            cipher.update(place)
         ciphertext, tag = cipher.encrypt_and_digest(plaintext)
-        return f"{CIPHER}:{self.current}", cipher.nonce + tag + ciphertext
-
-    def reencrypt(self, ciphername: str, ciphertext: bytes) -> tuple[str, bytes]:
-        """``ciphertext`` under the current key instead, decrypted again and compared.
-
-        The nonce is a digest of the old ciphertext, so the same value re-encrypted twice
-        (a run cut and run again) gives the same bytes, and two values share a nonce only
-        if they are the same ciphertext, thus the same plaintext.
-        """
-        plaintext = self.decrypt(ciphername, ciphertext)
-        seed = hashlib.blake2b(ciphername.encode() + b"\0" + ciphertext, digest_size=16)
-        name, new = self.encrypt(plaintext, seed.digest())
-        if self.decrypt(name, new) != plaintext:
-            raise AssertionError(f"a value re-encrypted under {name!r} did not decrypt back")
-        return name, new
+        name = CIPHER if place is None else BOUND
+        return f"{name}:{self.current}", cipher.nonce + tag + ciphertext
 
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
         name, _, key_id = ciphername.partition(":")
-        if name != CIPHER:
+        if name not in (CIPHER, BOUND):
             raise ValueError(f"cipher {ciphername!r} is not one KeyRing reads ({CIPHER}:<key id>)")
         key = self.keys.get(key_id or self.legacy or "")
         if key is None:
             raise MissingKeyError(key_id or None, list(self.keys))
         nonce, tag, body = ciphertext[:16], ciphertext[16:32], ciphertext[32:]
         cipher = self._aes.new(key, self._aes.MODE_EAX, nonce=nonce)
-        plaintext: bytes = cipher.decrypt_and_verify(body, tag)
+        if name == BOUND:
+            place = places.current()
+            if place is None:
+                raise ValueError(
+                    f"a value bound to its place ({ciphername}) read without it: read it "
+                    "through the saver or store that wrote it"
+                )
+            cipher.update(place)
+        try:
+            plaintext: bytes = cipher.decrypt_and_verify(body, tag)
+        except ValueError:
+            if name == BOUND:
+                raise ValueError(
+                    "a value bound to its place does not decrypt here: it was written at "
+                    "another place (thread, namespace, channel, version, checkpoint or "
+                    "store key) and copied here, or altered"
+                ) from None
+            raise
         return plaintext
+
+    def reencrypt(
+        self, ciphername: str, ciphertext: bytes, into: bytes | None = None
+    ) -> tuple[str, bytes]:
+        """``ciphertext`` (at the current place) under the current key instead, at place
+        ``into`` (default: the current one; bound if it was, or if the ring binds),
+        decrypted again and compared.
+
+        The nonce is a digest of the old ciphertext and the new place, so the same value
+        re-encrypted twice (a run cut and run again) gives the same bytes, and two values
+        share a nonce only if they are the same ciphertext, thus the same plaintext.
+        """
+        plaintext = self.decrypt(ciphername, ciphertext)
+        bound = self.bind or ciphername.startswith(f"{BOUND}:")  # a bound value stays bound
+        target = places.current() if into is None else into
+        seed = hashlib.blake2b(ciphername.encode() + b"\0" + ciphertext, digest_size=16)
+        seed.update(target or b"")
+        with places.exactly(target):
+            name, new = self.encrypt(plaintext, seed.digest(), bound)
+            if self.decrypt(name, new) != plaintext:
+                raise AssertionError(f"a value re-encrypted under {name!r} did not decrypt back")
+        return name, new
+
+
+def ring_in(serde: SerializerProtocol | None) -> KeyRing | None:
+    """The ``KeyRing`` ``serde`` encrypts with, if any."""
+    cipher = serde.cipher if isinstance(serde, EncryptedSerializer) else None
+    return cipher if isinstance(cipher, KeyRing) else None
+
+
+def is_bound(type_: str) -> bool:
+    """Whether a value of this stored type tag is bound to its place."""
+    return type_.partition("+")[2].startswith(f"{BOUND}:")
 
 
 def keyring_serializer(
@@ -113,11 +165,14 @@ def keyring_serializer(
     current: str,
     *,
     legacy: str | None = None,
+    bind: bool = False,
     serde: SerializerProtocol | None = None,
 ) -> EncryptedSerializer:
     """An ``EncryptedSerializer`` on a ``KeyRing``: pass it as a saver's, store's or
-    cache's ``serde``; rotate by adding a key and making it ``current``."""
-    return EncryptedSerializer(KeyRing(keys, current, legacy=legacy), serde or JsonPlusSerializer())
+    cache's ``serde``; rotate by adding a key and making it ``current``. ``bind``: each
+    value encrypted with its place as associated data (``places``)."""
+    ring = KeyRing(keys, current, legacy=legacy, bind=bind)
+    return EncryptedSerializer(ring, serde or JsonPlusSerializer())
 
 
 KEYS_VARIABLE = "MONGO_CKPT_KEYS"

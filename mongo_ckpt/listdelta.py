@@ -40,6 +40,9 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
+from mongo_ckpt import places
+from mongo_ckpt.keyring import is_bound
+
 DIGEST_SIZE = 8  # bytes of one element's digest
 # Accounted per link of a remembered chain (a counter, a version, a prefix length):
 # Python's own object sizes, rounded up (``memory`` bounds the chains by these bytes).
@@ -159,20 +162,26 @@ class ReadChain:
     costs no serialization; until then the chain costs its stored bytes."""
 
     links: tuple[Link, ...]
-    stored: tuple[tuple[int, tuple[str, bytes]], ...]
+    # (keep, typed, its place if bound to it: ``places``)
+    stored: tuple[tuple[int, tuple[str, bytes], bytes | None], ...]
 
     @property
     def nbytes(self) -> int:
-        return sum(len(typed[1]) for _, typed in self.stored) + LINK_BYTES * len(self.links)
+        stored = sum(len(typed[1]) + len(place or b"") for _, typed, place in self.stored)
+        return stored + LINK_BYTES * len(self.links)
 
     def resolve(self, serde: SerializerProtocol) -> Chain | None:
         """The chain with the digests of the value it was read as (``None`` if that is no
         ``list``): the stored bytes decoded again, so nothing a caller did to the value
         it was handed counts."""
-        (_, first), *rest = self.stored
-        value: Any = serde.loads_typed(first)
-        for keep, typed in rest:
-            value = extended(value, keep, serde.loads_typed(typed))
+        def load(typed: tuple[str, bytes], place: bytes | None) -> Any:
+            with places.exactly(place):
+                return serde.loads_typed(typed)
+
+        (_, first, at), *rest = self.stored
+        value: Any = load(first, at)
+        for keep, typed, place in rest:
+            value = extended(value, keep, load(typed, place))
         if not is_list(value):
             return None
         last = self.links[-1]
@@ -269,7 +278,10 @@ def read_chains(
         # later version's ``keep``.
         shared = [min(keeps[i + 1 :], default=0) for i in range(len(found))]
         links = tuple(Link(k, v, n) for k, v, n in zip(ks, named, shared))
-        stored = tuple((keep, typed) for keep, (_, typed) in zip(keeps, found))
+        stored = tuple(
+            (keep, typed, places.of("value", head) if is_bound(typed[0]) else None)
+            for keep, (head, typed) in zip(keeps, found)
+        )
         chains[channel] = ReadChain(links, stored)
     return chains
 
@@ -354,9 +366,14 @@ def rebuild(
         key = (*key[:3], head["base"])
         if len(path) > 64:  # a cycle: never written by this library
             raise missing(key[3])
-    value = loads(path[-1][1])
+
+    def load(head: Mapping[str, Any], typed: tuple[str, bytes]) -> Any:
+        with places.at("value", head):
+            return loads(typed)
+
+    value = load(*path[-1])
     for head, typed in reversed(path[:-1]):
-        value = extended(value, head["keep"], loads(typed))
+        value = extended(value, head["keep"], load(head, typed))
         if value is None:
             raise missing(head["base"])
     return value

@@ -34,6 +34,9 @@ NEW_PARTS = "rekeying"
 """Marks the parts ``rekeying`` writes before their head names them: the writers that
 remove parts their head does not name (a retried put, a special channel's overwrite)
 leave marked ones, which ``rekeying`` itself removes or unmarks."""
+REPLACED = "replaced_vid"
+"""On a head ``rekeying`` swapped to new parts: the value id of the old parts, until they
+are deleted."""
 ZLIB = "+zlib"
 """The suffix of a compressed value's type tag."""
 _LEVEL = 1  # zlib's fastest: most of the gain on serialized messages, at a fraction of the CPU

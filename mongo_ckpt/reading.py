@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from mongo_ckpt import places
 from mongo_ckpt.checkpoint_fields import stored_checkpoint, stored_metadata
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import (
@@ -317,7 +318,8 @@ class Loaded:
         writes: dict[Key, list[tuple[tuple[Any, ...], PendingWrite]]] = {}
         for key, (head, typed) in join(write_docs, WRITE_KEY).items():
             sort_key = writes_sort_key(head.get("task_path", ""), head["task_id"], head["idx"])
-            write = (head["task_id"], head["channel"], serde.loads_typed(typed))
+            with places.at("write", head):
+                write = (head["task_id"], head["channel"], serde.loads_typed(typed))
             writes.setdefault(key[:3], []).append((sort_key, write))
         self.writes = {k: [w for _, w in sorted(ws)] for k, ws in writes.items()}
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from pymongo import UpdateOne
 
+from mongo_ckpt import places
 from mongo_ckpt.calls import (
     Operation,
     bulk_write,
@@ -42,17 +42,15 @@ from mongo_ckpt.calls import (
     update_one,
 )
 from mongo_ckpt.clock import server_now
-from mongo_ckpt.keyring import KEY_ID, KeyRing
+from mongo_ckpt.keyring import KEY_ID, KeyRing, ring_in
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, STORE, WRITE_KEY, WRITES
 from mongo_ckpt.maintenance import DOOMED, STRAY_AGE, TOUCHED_AT
-from mongo_ckpt.payload import NEW_PARTS, join, split
+from mongo_ckpt.payload import NEW_PARTS, REPLACED, join, split
 from mongo_ckpt.schema import SCHEMA
 
 BATCH = 200
 """Values read per round: a round holds them twice (old and new bytes) in memory."""
-_ENCRYPTED = re.compile(rf"\+aes(:{KEY_ID.pattern})?$")
-REPLACED = "replaced_vid"
-"""On a head swapped to new parts, the value id of the old parts until they are deleted."""
+_ENCRYPTED = re.compile(rf"\+aesb?(:{KEY_ID.pattern})?$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,7 @@ class Place:
     collection: str
     type_field: str
     data_field: str
+    kind: str | None  # the kind of place values are bound to here (``places``)
     parts_key: tuple[str, ...] = ()
 
     @property
@@ -71,13 +70,13 @@ class Place:
 
 
 SAVER_PLACES = (
-    Place(SCHEMA, "version_key.type", "version_key.data"),  # a migration's key (migration.py)
-    Place(CHECKPOINTS, "checkpoint.type", "checkpoint.data"),
-    Place(CHECKPOINTS, "metadata_typed.type", "metadata_typed.data"),
-    Place(BLOBS, "type", "data", BLOB_KEY),
-    Place(WRITES, "type", "data", WRITE_KEY),
+    Place(SCHEMA, "version_key.type", "version_key.data", None),  # a migration's (migration.py)
+    Place(CHECKPOINTS, "checkpoint.type", "checkpoint.data", "checkpoint"),
+    Place(CHECKPOINTS, "metadata_typed.type", "metadata_typed.data", "metadata"),
+    Place(BLOBS, "type", "data", "value", BLOB_KEY),
+    Place(WRITES, "type", "data", "write", WRITE_KEY),
 )
-STORE_PLACES = (Place(STORE, "value_typed.type", "value_typed.data"),)
+STORE_PLACES = (Place(STORE, "value_typed.type", "value_typed.data", "item"),)
 
 
 @dataclass
@@ -99,25 +98,28 @@ class Rekeyed:
 
 def ring_of(serde: SerializerProtocol | None) -> KeyRing:
     """The ``KeyRing`` of ``serde``; ``TypeError`` saying what to pass if it has none."""
-    cipher = serde.cipher if isinstance(serde, EncryptedSerializer) else None
-    if not isinstance(cipher, KeyRing):
+    ring = ring_in(serde)
+    if ring is None:
         raise TypeError(
             "rekey re-encrypts values under a KeyRing's current key: open this saver, store "
             "or cache with serde=mongo_ckpt.keyring_serializer(keys, current), where keys "
             f"holds every key values were written with (its serde is {type(serde).__name__})"
         )
-    return cipher
+    return ring
 
 
-def selection(place: Place, current: str) -> dict[str, Any]:
-    """The values at ``place`` encrypted under another key than ``current``, and heads
-    whose old parts a cut run left (``REPLACED``)."""
-    stale = {place.type_field: {"$regex": _ENCRYPTED.pattern, "$nin": [_own(current)]}}
+def selection(place: Place, ring: KeyRing) -> dict[str, Any]:
+    """The values at ``place`` encrypted under another key than ``ring``'s current one (or
+    not bound where the ring binds), and heads whose old parts a cut run left
+    (``REPLACED``)."""
+    stale = {place.type_field: {"$regex": _ENCRYPTED.pattern, "$nin": [_own(place, ring)]}}
     return {"$or": [stale, {REPLACED: {"$exists": True}}]} if place.parts_key else stale
 
 
-def _own(current: str) -> re.Pattern[str]:
-    return re.compile(rf"\+aes:{re.escape(current)}$")
+def _own(place: Place, ring: KeyRing) -> re.Pattern[str]:
+    """The type tags of values ``ring`` leaves as they are at ``place``."""
+    bound = "b" if ring.bind and place.kind else "b?"
+    return re.compile(rf"\+aes{bound}:{re.escape(ring.current)}$")
 
 
 def _get(doc: Mapping[str, Any], dotted: str) -> Any:
@@ -142,7 +144,8 @@ class _Swap:
 def _swap(ring: KeyRing, place: Place, head: Mapping[str, Any], data: bytes) -> _Swap:
     inner, _, cipher = _get(head, place.type_field).partition("+")
     try:
-        name, ciphertext = ring.reencrypt(cipher, data)
+        with places.at(place.kind, head):
+            name, ciphertext = ring.reencrypt(cipher, data)
     except ValueError as error:  # pycryptodome: "MAC check failed"
         raise ValueError(
             f"{place.label} document {head['_id']!r} does not decrypt ({error}): it was "
@@ -179,7 +182,7 @@ def rekey(
         raise ValueError(f"batch_size must be an int of at least 1, got {batch_size!r}")
     report = Rekeyed()
     for place in places:
-        wanted = selection(place, ring.current)
+        wanted = selection(place, ring)
         swapped: list[Mapping[str, Any]] = []  # heads whose old parts go once the place is done
         last: Any = None
         while True:
@@ -194,7 +197,7 @@ def rekey(
             for head in heads:
                 if REPLACED in head:  # swapped by an earlier run, cut before it finished
                     yield from _finish(place, head)
-                if _own(ring.current).search(_get(head, place.type_field)):
+                if _own(place, ring).search(_get(head, place.type_field)):
                     continue
                 data = yield from _whole(place, head)
                 if data is not None:

@@ -31,6 +31,7 @@ from pymongo import (
 )
 from pymongo.errors import BulkWriteError
 
+from mongo_ckpt import places
 from mongo_ckpt.maintenance import DUPLICATE_KEY
 from mongo_ckpt.store.namespaces import joined, prefixes
 from mongo_ckpt.store.vectors import mean, packed
@@ -151,7 +152,8 @@ def item_fields(
     if serde is None:
         fields["value"] = stored_value(value)
     else:
-        type_, data = serde.dumps_typed(value)
+        with places.at("item", fields):
+            type_, data = serde.dumps_typed(value)
         fields["value_typed"] = {"type": type_, "data": Binary(data)}
     if ttl_minutes is not None:
         fields["expires_at"] = expiry(now, ttl_minutes)

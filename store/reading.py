@@ -9,6 +9,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import Item, ListNamespacesOp, SearchItem
 
+from mongo_ckpt import places
 from mongo_ckpt.store.documents import live, original_value
 from mongo_ckpt.store.namespaces import ItemKey, depth_key, match_clauses, prefix_query, split
 
@@ -75,7 +76,9 @@ def opened(doc: Mapping[str, Any], serde: SerializerProtocol | None) -> Mapping[
             f"item {tuple(doc['namespace'])} {doc['key']!r} is stored serialized "
             f"({stored['type']!r}): open the store with the serde that wrote it (serde=...)"
         )
-    return {**doc, "value": serde.loads_typed((stored["type"], bytes(stored["data"])))}
+    with places.at("item", doc):
+        value = serde.loads_typed((stored["type"], bytes(stored["data"])))
+    return {**doc, "value": value}
 
 
 def item(doc: Mapping[str, Any]) -> Item:

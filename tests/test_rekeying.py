@@ -307,7 +307,7 @@ def test_store_items_read_back_under_the_new_key_alone(backend: str) -> None:
             old.put(("users", str(n % 3)), f"k{n}", {"text": MARKER, "n": n})
         before = sorted((i.namespace, i.key, i.value) for i in old.search(("users",), limit=20))
         report = MongoDBStore(client, db, serde=ring(BOTH, "k2")).rekey(batch_size=2)
-        assert report.rekeyed == {Place("store", "value_typed.type", "").label: 7}
+        assert report.rekeyed == {Place("store", "value_typed.type", "", "item").label: 7}
         assert report.done
         new = MongoDBStore(client, db, serde=ring(NEW_KEYS, "k2"))
         after = sorted((i.namespace, i.key, i.value) for i in new.search(("users",), limit=20))

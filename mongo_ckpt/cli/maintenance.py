@@ -295,7 +295,7 @@ def rekey(target: Target, store_collection: str | None, batch_size: int, dry_run
         if dry_run:
             report = rekeying.Rekeyed()
             for place in places:
-                wanted = rekeying.selection(place, ring.current)
+                wanted = rekeying.selection(place, ring)
                 report.left[place.label] = session.run(count_documents(place.collection, wanted))
         else:
             report = session.run(rekeying.rekey(ring, places, batch_size))
