@@ -10,7 +10,7 @@ from mongo_ckpt.delta import MissingHistoryError
 from mongo_ckpt.documents import ConflictingValueError
 from mongo_ckpt.drivers import ClientClosedError
 from mongo_ckpt.errors import MongoCkptError
-from mongo_ckpt.keyring import KeyRing, MissingKeyError, keyring_serializer
+from mongo_ckpt.keyring import BoundValueError, KeyRing, MissingKeyError, keyring_serializer
 from mongo_ckpt.leases import ThreadLeaseHeld, ThreadLeaseLost
 from mongo_ckpt.maintenance import StaleParentError
 from mongo_ckpt.reading import MissingValueError
@@ -26,6 +26,7 @@ __version__ = library_version()
 
 __all__ = [
     "AsyncMongoDBSaver",
+    "BoundValueError",
     "ClientBulkWriteUnavailable",
     "ClientClosedError",
     "ConflictingValueError",

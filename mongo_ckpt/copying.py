@@ -25,7 +25,7 @@ from mongo_ckpt.calls import (
 from mongo_ckpt.documents import checkpoint_update
 from mongo_ckpt.errors import MongoCkptError
 from mongo_ckpt.identifiers import coerce_id
-from mongo_ckpt.keyring import KeyRing, is_bound, ring_in
+from mongo_ckpt.keyring import BOUND_TAG, BoundValueError, KeyRing, is_bound, ring_in
 from mongo_ckpt.layout import (
     BLOB_KEY,
     BLOBS,
@@ -76,6 +76,10 @@ class CopyOperations:
         # (whose values may have been missed) is not copied.
         query = {"thread_id": source}
         ring = ring_in(self.serde)
+        if ring is None:  # bound values are copied only by their ring: refused before writing
+            bound = {**query, "checkpoint.type": {"$regex": BOUND_TAG}}
+            if (yield from find(CHECKPOINTS, bound, projection={"_id": 1}, limit=1)):
+                raise _unbound_copy(source)
         ids = yield from find(CHECKPOINTS, query, projection=SKELETON)
         if ids:
             values = needed_values(ids)
@@ -137,10 +141,7 @@ def _copy(
         requests: builtins.list[WriteRequest] = []
         for doc in docs:
             if ring is None and any(map(is_bound, _tags(doc))):
-                raise ValueError(
-                    f"thread {doc['thread_id']!r} holds values bound to their place: copy it "
-                    "with a saver whose serde holds their KeyRing (keyring_serializer)"
-                )
+                raise _unbound_copy(doc["thread_id"])
             if by_head:
                 assert ring is not None
                 requests += yield from _copied_value(collection, doc, target, ring)
@@ -151,6 +152,13 @@ def _copy(
             yield from bulk_write(collection, requests, ordered=False)
         copied.update(key_of(doc, _KEY_FIELDS[collection]) for doc in docs)
     return copied
+
+
+def _unbound_copy(source: str) -> BoundValueError:
+    return BoundValueError(
+        f"thread {source!r} holds values bound to their place: copy it with a saver whose "
+        "serde holds their KeyRing (keyring_serializer; the command line: MONGO_CKPT_KEYS)"
+    )
 
 
 def _tags(doc: Mapping[str, Any]) -> builtins.list[str]:
@@ -190,7 +198,7 @@ def _copied_value(
         return []
     inner, _, cipher = head["type"].partition("+")
     with places.at(kind, head):
-        at_target = places.of(kind, {**key, "thread_id": target})
+        at_target = places.of(kind, {**head, "thread_id": target})
         name, data = ring.reencrypt(cipher, found[1][1], at_target)
     *parts, first = split(f"{inner}+{name}", data)
     first.pop("part")

@@ -251,7 +251,7 @@ def blob_requests(
         join = blob_join(thread_id, checkpoint_ns, channel, version)
         delta = (deltas or {}).get(channel)
         payload = delta.tail if delta is not None else values[channel]
-        with places.at("value", key):
+        with places.at("value", {**key, **(delta.head_fields() if delta is not None else {})}):
             type_, data = serde.dumps_typed(payload)
         parts = list(split(type_, data, compress=compress))
         for fields in parts:
@@ -304,7 +304,7 @@ def write_requests(
         special = channel in WRITES_IDX_MAP
         idx = WRITES_IDX_MAP.get(channel, position) if idxs is None else idxs[position]
         write_key = {**key, "task_id": task_id, "idx": idx}
-        with places.at("write", write_key):
+        with places.at("write", {**write_key, "channel": channel, "task_path": task_path}):
             type_, data = serde.dumps_typed(value)
         # A special write in several parts is never compressed: two attempts of it at once,
         # one compressing and one not, would each delete the other's parts as stale.

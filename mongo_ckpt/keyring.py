@@ -31,6 +31,8 @@ from mongo_ckpt.errors import MongoCkptError
 
 CIPHER = "aes"
 BOUND = "aesb"  # the cipher name of a value bound to its place (``places``)
+BOUND_TAG = rf"\+{BOUND}:"  # matches the stored type tag of a bound value
+STRICT = "strict"  # ``bind=STRICT``: at a place, unbound values are refused
 KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 KEY_SIZES = (16, 24, 32)
 
@@ -52,11 +54,16 @@ class MissingKeyError(MongoCkptError, LookupError):
         self.key_id = key_id
 
 
+class BoundValueError(MongoCkptError, ValueError):
+    """A value bound to its place (``KeyRing(bind=True)``) read or copied elsewhere, or an
+    unbound one where a strict ring reads only bound ones."""
+
+
 class KeyRing(CipherProtocol):
     """AES-EAX under several keys: ``keys`` by id (16, 24 or 32 bytes each), ``current``
     the one new values are encrypted with, ``legacy`` the id of the key that wrote values
     without a key id (``EncryptedSerializer.from_pycryptodome_aes``); ``bind``: each value
-    bound to its place."""
+    bound to its place (``"strict"``: and unbound values refused at a place)."""
 
     def __init__(
         self,
@@ -64,7 +71,7 @@ class KeyRing(CipherProtocol):
         current: str,
         *,
         legacy: str | None = None,
-        bind: bool = False,
+        bind: bool | str = False,
     ) -> None:
         try:
             from Crypto.Cipher import AES
@@ -83,8 +90,11 @@ class KeyRing(CipherProtocol):
         for role, named in (("current", current), ("legacy", legacy)):
             if named is not None and named not in keys:
                 raise ValueError(f"{role}={named!r} is not one of the keys' ids: {list(keys)}")
+        if bind not in (False, True, STRICT):
+            raise ValueError(f"bind is True, False or {STRICT!r}, got {bind!r}")
         self.keys = {key_id: bytes(key) for key_id, key in keys.items()}
-        self.current, self.legacy, self.bind = current, legacy, bind
+        self.current, self.legacy = current, legacy
+        self.bind, self.strict = bool(bind), bind == STRICT
 
     def encrypt(
         self, plaintext: bytes, nonce: bytes | None = None, bind: bool | None = None
@@ -106,22 +116,28 @@ class KeyRing(CipherProtocol):
             raise MissingKeyError(key_id or None, list(self.keys))
         nonce, tag, body = ciphertext[:16], ciphertext[16:32], ciphertext[32:]
         cipher = self._aes.new(key, self._aes.MODE_EAX, nonce=nonce)
+        place = places.current()
         if name == BOUND:
-            place = places.current()
             if place is None:
-                raise ValueError(
+                raise BoundValueError(
                     f"a value bound to its place ({ciphername}) read without it: read it "
                     "through the saver or store that wrote it"
                 )
             cipher.update(place)
+        elif place is not None and self.strict:
+            raise BoundValueError(
+                f"an unbound value ({ciphername}) where this ring (bind='strict') reads only "
+                "bound ones: it was written before binding (run rekey with bind=True first) "
+                "or planted here"
+            )
         try:
             plaintext: bytes = cipher.decrypt_and_verify(body, tag)
         except ValueError:
             if name == BOUND:
-                raise ValueError(
+                raise BoundValueError(
                     "a value bound to its place does not decrypt here: it was written at "
-                    "another place (thread, namespace, channel, version, checkpoint or "
-                    "store key) and copied here, or altered"
+                    "another place (thread, namespace, channel, version, checkpoint, task "
+                    "or store key) and copied here, or altered"
                 ) from None
             raise
         return plaintext
@@ -157,7 +173,7 @@ def ring_in(serde: SerializerProtocol | None) -> KeyRing | None:
 
 def is_bound(type_: str) -> bool:
     """Whether a value of this stored type tag is bound to its place."""
-    return type_.partition("+")[2].startswith(f"{BOUND}:")
+    return re.search(BOUND_TAG, type_) is not None
 
 
 def keyring_serializer(
@@ -165,12 +181,13 @@ def keyring_serializer(
     current: str,
     *,
     legacy: str | None = None,
-    bind: bool = False,
+    bind: bool | str = False,
     serde: SerializerProtocol | None = None,
 ) -> EncryptedSerializer:
     """An ``EncryptedSerializer`` on a ``KeyRing``: pass it as a saver's, store's or
     cache's ``serde``; rotate by adding a key and making it ``current``. ``bind``: each
-    value encrypted with its place as associated data (``places``)."""
+    value encrypted with its place as associated data (``places``); ``"strict"``: and
+    unbound values refused where a place is known."""
     ring = KeyRing(keys, current, legacy=legacy, bind=bind)
     return EncryptedSerializer(ring, serde or JsonPlusSerializer())
 

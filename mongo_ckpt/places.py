@@ -22,18 +22,19 @@ from mongo_ckpt.layout import BLOB_KEY, CHECKPOINT_KEY, WRITE_KEY
 KINDS = {
     "checkpoint": CHECKPOINT_KEY,
     "metadata": CHECKPOINT_KEY,
-    "value": BLOB_KEY,
-    "write": WRITE_KEY,
+    "value": (*BLOB_KEY, "base", "keep"),  # a list delta's base and kept prefix too
+    "write": (*WRITE_KEY, "channel", "task_path"),
     "item": ("ns", "key"),
 }
-"""What is stored where: the key fields of the document that names its place."""
+"""What is stored where: the fields of the document that name its place (``None`` for one
+it does not have)."""
 
 _CURRENT: ContextVar[bytes | None] = ContextVar("mongo_ckpt_place", default=None)
 
 
 def of(kind: str, doc: Mapping[str, Any]) -> bytes:
     """The place of the ``kind`` value of document (or key) ``doc``, as associated data."""
-    return bson.encode({"kind": kind, "at": [doc[name] for name in KINDS[kind]]})
+    return bson.encode({"kind": kind, "at": [doc.get(name) for name in KINDS[kind]]})
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from mongo_ckpt.identifiers import (
     coerce_id,
     thread_key,
 )
+from mongo_ckpt.keyring import BoundValueError, is_bound
 from mongo_ckpt.layout import (
     BLOB_KEY,
     BLOBS,
@@ -327,10 +328,19 @@ class Loaded:
         """The ``CheckpointTuple`` of checkpoint document ``doc``: values and writes decoded."""
         thread_id, checkpoint_ns, checkpoint_id = key_of(doc)
         checkpoint = stored_checkpoint(self.serde, doc)
+        refs = [ref for ref in doc.get("values", ()) if not ref.get("base")]
+        if is_bound(doc["checkpoint"]["type"]):  # its references checked against it too
+            versions = checkpoint["channel_versions"]
+            for ref in refs:
+                if versions.get(ref["channel"]) != ref["version"]:
+                    raise BoundValueError(
+                        f"checkpoint {checkpoint_id!r} of thread {thread_id!r} names version "
+                        f"{ref['version']!r} of channel {ref['channel']!r}, but its channel "
+                        "versions do not: its references were altered"
+                    )
         checkpoint["channel_values"] = {
             ref["channel"]: self.value(thread_id, checkpoint_ns, ref["channel"], ref["version"])
-            for ref in doc.get("values", ())
-            if not ref.get("base")
+            for ref in refs
         }
         parent_id = doc.get("parent_checkpoint_id")
         return CheckpointTuple(

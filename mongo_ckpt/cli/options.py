@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +25,12 @@ from mongo_ckpt.cli.output import NothingMatched
 from mongo_ckpt.connection import DEFAULT_DB_NAME, _client_kwargs
 from mongo_ckpt.drivers import run
 from mongo_ckpt.inspection import DATABASE, measures_sizes
-from mongo_ckpt.keyring import KEYS_VARIABLE, MissingKeyError, keyring_from_env
+from mongo_ckpt.keyring import (
+    KEYS_VARIABLE,
+    BoundValueError,
+    MissingKeyError,
+    keyring_from_env,
+)
 from mongo_ckpt.layout import BLOBS, CHECKPOINTS, THREADS, WRITES, CollectionNameClash, Layout
 from mongo_ckpt.redaction import reason, redacted
 from mongo_ckpt.saver import MongoDBSaver
@@ -204,8 +210,10 @@ def _explained(uri: str | None) -> Iterator[None]:
         raise click.ClickException(
             redacted(f"MongoDB at {where} refused: {type(exc).__name__}: {exc}", uri)
         ) from None
+    except BoundValueError as exc:
+        raise click.ClickException(str(exc)) from None
     except NotImplementedError as exc:
-        if "+aes:" in str(exc) and "serialization type" in str(exc):
+        if re.search(r"\+aesb?:", str(exc)) and "serialization type" in str(exc):
             raise click.ClickException(f"{exc}: {KEYRING_DATA}") from None
         if "+aes" in str(exc) and "serialization type" in str(exc):
             raise click.ClickException(
@@ -216,7 +224,7 @@ def _explained(uri: str | None) -> Iterator[None]:
     except MissingKeyError as exc:
         raise click.ClickException(f"{exc} (MONGO_CKPT_KEYS)") from None
     except AssertionError as exc:  # LangGraph's single-key cipher, on a KeyRing's value
-        if str(exc).startswith("Unsupported cipher: aes:"):
+        if re.match(r"Unsupported cipher: aesb?:", str(exc)):
             raise click.ClickException(f"{exc}: {KEYRING_DATA}") from None
         raise
     except ValueError as exc:
