@@ -194,6 +194,7 @@ def keyring_serializer(
 
 KEYS_VARIABLE = "MONGO_CKPT_KEYS"
 CURRENT_VARIABLE = "MONGO_CKPT_CURRENT_KEY"
+BIND_VARIABLE = "MONGO_CKPT_BIND"
 LEGACY_ID = "LANGGRAPH_AES_KEY"
 
 
@@ -201,8 +202,8 @@ def keyring_from_env(env: Mapping[str, str]) -> EncryptedSerializer | None:
     """The ``keyring_serializer`` an environment describes, ``None`` without
     ``MONGO_CKPT_KEYS``: ``id:<base64 key>`` pairs separated by commas; the current key is
     ``MONGO_CKPT_CURRENT_KEY``, else the last one listed. With ``LANGGRAPH_AES_KEY`` set too,
-    the ring holds that key as ``LANGGRAPH_AES_KEY``, the ``legacy`` key. ``ValueError``
-    says what is wrong."""
+    the ring holds that key as ``LANGGRAPH_AES_KEY``, the ``legacy`` key; ``MONGO_CKPT_BIND``
+    (``true``, ``false``, ``strict``) is its ``bind``. ``ValueError`` says what is wrong."""
     listed = env.get(KEYS_VARIABLE, "").strip()
     if not listed:
         return None
@@ -222,4 +223,9 @@ def keyring_from_env(env: Mapping[str, str]) -> EncryptedSerializer | None:
     legacy = env.get(LEGACY_ID)
     if legacy:
         keys.setdefault(LEGACY_ID, legacy.encode())
-    return keyring_serializer(keys, current, legacy=LEGACY_ID if legacy else None)
+    bind = {"": False, "false": False, "true": True, STRICT: STRICT}.get(
+        env.get(BIND_VARIABLE, "").strip().lower()
+    )
+    if bind is None:
+        raise ValueError(f"{BIND_VARIABLE} is true, false or strict, got {env[BIND_VARIABLE]!r}")
+    return keyring_serializer(keys, current, legacy=LEGACY_ID if legacy else None, bind=bind)

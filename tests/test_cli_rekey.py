@@ -83,6 +83,10 @@ def test_rekey_re_encrypts_everything_and_the_old_key_can_go(written: tuple[Any,
     assert [item.value for item in items] == [{"text": MARKER}] * 3
     again = rekey(client, db, ring)
     assert again.exit_code == 0 and not any(json.loads(again.output)["rekeyed"].values())
+    bound = rekey(client, db, {**ring, "MONGO_CKPT_BIND": "true"})  # binds them at their place
+    assert bound.exit_code == 0 and json.loads(bound.output)["rekeyed"] == report["rekeyed"]
+    shown = invoke(client, "show", "t", "--db", db, env={**alone, "MONGO_CKPT_BIND": "strict"})
+    assert shown.exit_code == 0 and f"{MARKER} 1" in shown.output, shown.output
 
 
 @pytest.mark.parametrize(
@@ -96,6 +100,7 @@ def test_rekey_re_encrypts_everything_and_the_old_key_can_go(written: tuple[Any,
             {"MONGO_CKPT_KEYS": keys(k1=K1), "MONGO_CKPT_CURRENT_KEY": "k9"},
             "current='k9' is not one of the keys' ids",
         ),
+        ({"MONGO_CKPT_KEYS": keys(k1=K1), "MONGO_CKPT_BIND": "yes"}, "true, false or strict"),
     ],
 )
 def test_a_bad_or_missing_ring_is_a_usage_error(
