@@ -7,13 +7,14 @@ thread are written under key ``k1``. A ring without ``k1`` is refused by ``rekey
 runs with the ring ``{k1, k2}`` (current ``k2``) while a writer goes on with conversations
 on other threads (wire and mongodb backends); then every checkpoint, its pending writes and
 every item are read again with a ring holding ``k2`` alone and compared with what was read
-before. The script prints the report, seconds and mismatches (``--write``: into
-docs/benchmarks.md).
+before. ``--bind``: the ring of the run binds each value to its place, and the values are
+read afterwards with a strict one (``bind="strict"``: unbound values refused). The script
+prints the report, seconds and mismatches (``--write``: into docs/benchmarks.md).
 
 Run from the repository root (not collected by pytest)::
 
     python tests/perf/bench_rekey.py [--backend wire|mock|mongodb] [--threads 300]
-        [--turns 3] [--batch 200] [--write]
+        [--turns 3] [--batch 200] [--bind] [--write]
 """
 
 import argparse
@@ -37,8 +38,6 @@ from tests.perf.report import write_section  # noqa: E402
 DB = "bench_rekey"
 K1, K2 = b"1" * 32, b"2" * 32
 OLD = keyring_serializer({"k1": K1}, "k1")
-BOTH = keyring_serializer({"k1": K1, "k2": K2}, "k2")
-NEW = keyring_serializer({"k2": K2}, "k2")
 
 
 def say(graph: Any, thread_id: str, turn: int) -> None:
@@ -65,8 +64,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=300)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--bind", action="store_true", help="the new ring binds")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args()
+    both = keyring_serializer({"k1": K1, "k2": K2}, "k2", bind=args.bind)
+    new = keyring_serializer({"k2": K2}, "k2", bind="strict" if args.bind else False)
     client = sync_client(args.backend)
     client.drop_database(DB)
     threads = [f"thread-{t:05}" for t in range(args.threads)]
@@ -79,14 +81,14 @@ def main() -> None:
             store.put(("users",), thread_id, {"notes": f"{thread_id} " * 20})
 
         try:
-            MongoDBSaver(client, DB, serde=NEW).rekey()
+            MongoDBSaver(client, DB, serde=new).rekey()
             raise SystemExit("a ring without k1 re-encrypted values of k1")
         except MissingKeyError as exc:
             refused = str(exc)
-        before = read_all(client, BOTH, threads)
+        before = read_all(client, both, threads)
 
         # A writer goes on with conversations on threads of its own, with the new ring.
-        live = chat_builder().compile(checkpointer=MongoDBSaver(client, DB, serde=BOTH))
+        live = chat_builder().compile(checkpointer=MongoDBSaver(client, DB, serde=both))
         stop, written = threading.Event(), [0]
 
         def write() -> None:
@@ -98,14 +100,14 @@ def main() -> None:
         if args.backend != "mock":  # mongomock is not thread-safe
             writer.start()
         started = time.perf_counter()
-        report = MongoDBSaver(client, DB, serde=BOTH).rekey(batch_size=args.batch)
-        items = MongoDBStore(client, DB, serde=BOTH).rekey(batch_size=args.batch)
+        report = MongoDBSaver(client, DB, serde=both).rekey(batch_size=args.batch)
+        items = MongoDBStore(client, DB, serde=both).rekey(batch_size=args.batch)
         elapsed = time.perf_counter() - started
         stop.set()
         if writer.is_alive():
             writer.join()
 
-        after = read_all(client, NEW, threads)
+        after = read_all(client, new, threads)
         mismatches = sum(after.get(key) != value for key, value in before.items())
         rekeyed = report.rekeyed + items.rekeyed
         left = sum((report.left + items.left).values())
@@ -123,9 +125,10 @@ def main() -> None:
         if mismatches or left or not report.done:
             raise SystemExit("values were lost, changed or left under k1")
         if args.write:
+            flag = " --bind" if args.bind else ""
             section = (
                 f"`python tests/perf/bench_rekey.py --backend {args.backend} --threads "
-                f"{args.threads} --turns {args.turns} --write`:\n\n" + "\n".join(rows)
+                f"{args.threads} --turns {args.turns}{flag} --write`:\n\n" + "\n".join(rows)
             )
             write_section(REPO / "docs" / "benchmarks.md", "rekey", section)
     finally:
