@@ -77,9 +77,11 @@ class CopyOperations:
         query = {"thread_id": source}
         ring = ring_in(self.serde)
         if ring is None:  # bound values are copied only by their ring: refused before writing
-            bound = {**query, "checkpoint.type": {"$regex": BOUND_TAG}}
-            if (yield from find(CHECKPOINTS, bound, projection={"_id": 1}, limit=1)):
-                raise _unbound_copy(source)
+            tagged = {CHECKPOINTS: "checkpoint.type", BLOBS: "type", WRITES: "type"}
+            for collection, tag in tagged.items():
+                bound = {**query, tag: {"$regex": BOUND_TAG}}
+                if (yield from find(collection, bound, projection={"_id": 1}, limit=1)):
+                    raise _unbound_copy(source)
         ids = yield from find(CHECKPOINTS, query, projection=SKELETON)
         if ids:
             values = needed_values(ids)

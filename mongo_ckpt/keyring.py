@@ -108,6 +108,9 @@ class KeyRing(CipherProtocol):
         return f"{name}:{self.current}", cipher.nonce + tag + ciphertext
 
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        return self._decrypt(ciphername, ciphertext, self.strict)
+
+    def _decrypt(self, ciphername: str, ciphertext: bytes, strict: bool) -> bytes:
         name, _, key_id = ciphername.partition(":")
         if name not in (CIPHER, BOUND):
             raise ValueError(f"cipher {ciphername!r} is not one KeyRing reads ({CIPHER}:<key id>)")
@@ -124,7 +127,7 @@ class KeyRing(CipherProtocol):
                     "through the saver or store that wrote it"
                 )
             cipher.update(place)
-        elif place is not None and self.strict:
+        elif place is not None and strict:
             raise BoundValueError(
                 f"an unbound value ({ciphername}) where this ring (bind='strict') reads only "
                 "bound ones: it was written before binding (run rekey with bind=True first) "
@@ -153,7 +156,7 @@ class KeyRing(CipherProtocol):
         re-encrypted twice (a run cut and run again) gives the same bytes, and two values
         share a nonce only if they are the same ciphertext, thus the same plaintext.
         """
-        plaintext = self.decrypt(ciphername, ciphertext)
+        plaintext = self._decrypt(ciphername, ciphertext, False)  # strict reads only
         bound = self.bind or ciphername.startswith(f"{BOUND}:")  # a bound value stays bound
         target = places.current() if into is None else into
         seed = hashlib.blake2b(ciphername.encode() + b"\0" + ciphertext, digest_size=16)

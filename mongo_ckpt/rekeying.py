@@ -42,7 +42,7 @@ from mongo_ckpt.calls import (
     update_one,
 )
 from mongo_ckpt.clock import server_now
-from mongo_ckpt.keyring import KEY_ID, KeyRing, ring_in
+from mongo_ckpt.keyring import KEY_ID, BoundValueError, KeyRing, ring_in
 from mongo_ckpt.layout import BLOB_KEY, BLOBS, CHECKPOINTS, STORE, WRITE_KEY, WRITES
 from mongo_ckpt.maintenance import DOOMED, STRAY_AGE, TOUCHED_AT
 from mongo_ckpt.payload import NEW_PARTS, REPLACED, join, split
@@ -146,6 +146,8 @@ def _swap(ring: KeyRing, place: Place, head: Mapping[str, Any], data: bytes) -> 
     try:
         with places.at(place.kind, head):
             name, ciphertext = ring.reencrypt(cipher, data)
+    except BoundValueError:
+        raise
     except ValueError as error:  # pycryptodome: "MAC check failed"
         raise ValueError(
             f"{place.label} document {head['_id']!r} does not decrypt ({error}): it was "

@@ -165,3 +165,33 @@ async def test_a_checkpoint_pointed_at_another_version_is_refused(api: Api) -> N
     with pytest.raises(BoundValueError, match="its references were altered"):
         await bound.list(thread("t"))
 
+
+
+async def test_a_strict_rings_rekey_binds_what_was_written_unbound(api: Api) -> None:
+    await converse(api.reopened(serde=ring(bind=False)), "t")
+    before = contents(await api.reopened(serde=ring()).list(thread("t")))
+    strict = api.reopened(serde=ring(bind="strict"))
+    assert (await strict.rekey()).done
+    assert contents(await strict.list(thread("t"))) == before
+
+
+async def test_a_copy_without_the_ring_is_refused_before_a_bound_write_too(api: Api) -> None:
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    checkpoint = generate_checkpoint(channel_values={"x": "secret"}, channel_versions={"x": "1"})
+    stored = await api.reopened(serde=ring(bind=False)).put(config, checkpoint, {}, {"x": "1"})
+    await api.reopened(serde=ring()).put_writes(stored, [("x", "bound write")], "task")
+    with pytest.raises(BoundValueError, match="bound to their place"):
+        await api.reopened().copy_thread("t", "d")
+    for logical in (BLOBS, WRITES, CHECKPOINTS):
+        assert not await api.docs(logical, {"thread_id": "d"})
+
+
+def test_rekey_of_a_moved_bound_value_ends_without_a_traceback(written: Any) -> None:
+    client, db = written
+    first, second = list(client[db][CHECKPOINTS].find({"thread_id": "t"}))[:2]
+    moved = {"$set": {"checkpoint": first["checkpoint"]}}
+    client[db][CHECKPOINTS].update_one({"_id": second["_id"]}, moved)
+    env = {"MONGO_CKPT_KEYS": _keys(k1=K1, k2=b"2" * 16), "MONGO_CKPT_BIND": "true"}
+    result = invoke(client, "rekey", "--db", db, env=env)
+    _clean(result)
+    assert MOVED in result.output
