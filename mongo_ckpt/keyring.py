@@ -226,9 +226,8 @@ def keyring_from_env(env: Mapping[str, str]) -> EncryptedSerializer | None:
     legacy = env.get(LEGACY_ID)
     if legacy:
         keys.setdefault(LEGACY_ID, legacy.encode())
-    bind = {"": False, "false": False, "true": True, STRICT: STRICT}.get(
-        env.get(BIND_VARIABLE, "").strip().lower()
-    )
+    choices: dict[str, bool | str] = {"": False, "false": False, "true": True, STRICT: STRICT}
+    bind = choices.get(env.get(BIND_VARIABLE, "").strip().lower())
     if bind is None:
         raise ValueError(f"{BIND_VARIABLE} is true, false or strict, got {env[BIND_VARIABLE]!r}")
     return keyring_serializer(keys, current, legacy=LEGACY_ID if legacy else None, bind=bind)
