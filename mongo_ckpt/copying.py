@@ -36,7 +36,7 @@ from mongo_ckpt.layout import (
     blob_join,
     write_join,
 )
-from mongo_ckpt.payload import NEW_PARTS, REPLACED, join, split
+from mongo_ckpt.payload import NEW_PARTS, REPLACED, split
 from mongo_ckpt.reading import (
     SKELETON,
     Key,
@@ -45,6 +45,7 @@ from mongo_ckpt.reading import (
     keys_query,
     needed_values,
 )
+from mongo_ckpt.rekeying import value_parts
 
 COPY_BATCH = 200
 
@@ -190,18 +191,15 @@ def _copied_value(
     (nothing for a value not whole: a write cut, or under way)."""
     kind, fields = ("value", BLOB_KEY) if collection == BLOBS else ("write", WRITE_KEY)
     key = {name: head[name] for name in fields}
-    tails: builtins.list[Document] = []
-    if head.get("parts", 1) > 1:
-        tails = yield from find(collection, {**key, "vid": head.get("vid"), "part": {"$ne": 0}})
+    tails, whole = yield from value_parts(collection, head, fields)
     if not is_bound(head["type"]):
         return [_copy_request(collection, doc, target) for doc in (head, *tails)]
-    found = join([head, *tails], fields).get(tuple(key.values()))
-    if found is None:
+    if whole is None:
         return []
     inner, _, cipher = head["type"].partition("+")
     with places.at(kind, head):
         at_target = places.of(kind, {**head, "thread_id": target})
-        name, data = ring.reencrypt(cipher, found[1][1], at_target)
+        name, data = ring.reencrypt(cipher, whole, at_target)
     *parts, first = split(f"{inner}+{name}", data)
     first.pop("part")
     kept = {name: head[name] for name in ("channel", "task_path") if name in head}

@@ -32,6 +32,7 @@ from pymongo import UpdateOne
 
 from mongo_ckpt import places
 from mongo_ckpt.calls import (
+    Document,
     Operation,
     bulk_write,
     count_documents,
@@ -219,11 +220,21 @@ def _whole(place: Place, head: Mapping[str, Any]) -> Operation[bytes | None]:
     under way: its writer finishes or removes it)."""
     if head.get("parts", 1) == 1:
         return bytes(_get(head, place.data_field))
-    key = {name: head[name] for name in place.parts_key}
-    tails = yield from find(place.collection, {**key, "vid": head.get("vid"), "part": {"$ne": 0}})
-    joined = join([head, *tails], place.parts_key)
-    found = joined.get(tuple(key.values()))
-    return None if found is None else found[1][1]
+    _, data = yield from value_parts(place.collection, head, place.parts_key)
+    return data
+
+
+def value_parts(
+    collection: str, head: Mapping[str, Any], key_fields: tuple[str, ...]
+) -> Operation[tuple[list[Document], bytes | None]]:
+    """The other parts of the value ``head`` starts (none for a value in one part), and its
+    joined bytes (``None`` if it is not whole: a write cut or under way)."""
+    tails: list[Document] = []
+    if head.get("parts", 1) > 1:
+        key = {name: head[name] for name in key_fields}
+        tails = yield from find(collection, {**key, "vid": head.get("vid"), "part": {"$ne": 0}})
+    found = join([head, *tails], key_fields).get(tuple(head[name] for name in key_fields))
+    return tails, None if found is None else found[1][1]
 
 
 def _write(
